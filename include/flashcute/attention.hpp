@@ -1,0 +1,29 @@
+// flashcute C++ API: the same call as the C API (flashcute.h) with C++ conveniences.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashcute/flashcute.h"
+
+namespace flashcute {
+
+using ForwardArgs = fc_forward_args;
+using TileConfig = fc_tile_config;
+
+struct Status {
+  fc_status code = FC_OK;
+  std::string message;
+  bool ok() const { return code == FC_OK; }
+};
+
+// Defaults: unbounded windows, automatic tile and family, bottom-right alignment, no LSE.
+ForwardArgs default_forward_args();
+
+// Validates every argument (the error names the bad one) and launches on args.stream. Works for
+// tensors on any device, not only the current one, and from several host threads at once.
+Status forward(const ForwardArgs& args);
+
+std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype, int head_dim);
+
+}  // namespace flashcute

@@ -1,0 +1,96 @@
+/* flashcute: fused attention forward kernels on CuTe.
+ *
+ * The C API: a stable ABI for other languages (the Python package loads it with ctypes). Every
+ * function returns an fc_status; on failure fc_last_error() gives a message naming the bad argument.
+ * Arguments are validated before anything is launched, and outputs are untouched on error. */
+#ifndef FLASHCUTE_FLASHCUTE_H_
+#define FLASHCUTE_FLASHCUTE_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FC_ABI_VERSION 1
+
+typedef enum {
+  FC_OK = 0,
+  FC_ERROR_INVALID_ARGUMENT = 1, /* a bad shape, stride, pointer, dtype or option */
+  FC_ERROR_UNSUPPORTED = 2,      /* valid, but no compiled kernel or this device cannot run it */
+  FC_ERROR_CUDA = 3              /* the CUDA runtime reported an error */
+} fc_status;
+
+typedef enum { FC_FLOAT16 = 0, FC_BFLOAT16 = 1 } fc_dtype;
+
+/* Which key a query sees under a causal mask (and where a local window is centred):
+ * top-left: query i sees key j iff j <= i (PyTorch's is_causal, the seed's runner);
+ * bottom-right: j <= i + seqlen_k - seqlen_q (FlashAttention's convention). */
+typedef enum { FC_CAUSAL_TOP_LEFT = 0, FC_CAUSAL_BOTTOM_RIGHT = 1 } fc_causal_alignment;
+
+typedef enum { FC_FAMILY_AUTO = 0, FC_FAMILY_SM80 = 80, FC_FAMILY_SM90 = 90 } fc_kernel_family;
+
+/* A (batch, seqlen, heads, head_dim) tensor on a CUDA device. Strides are in elements; head_dim is
+ * contiguous. For variable-length calls the batch stride is unused: rows are packed tokens. */
+typedef struct {
+  void* data;
+  int64_t batch_stride;
+  int64_t seq_stride;
+  int64_t head_stride;
+} fc_tensor;
+
+typedef struct {
+  int32_t m_block;     /* rows of Q per thread block; 0 = automatic choice */
+  int32_t n_block;     /* rows of K/V per main-loop iteration */
+  int32_t num_threads; /* threads per block */
+} fc_tile_config;
+
+typedef struct {
+  int32_t abi_version; /* FC_ABI_VERSION */
+  fc_tensor q, k, v, o;
+  int32_t dtype; /* fc_dtype; all four tensors share it */
+  int64_t batch, seqlen_q, seqlen_k, heads, heads_k, head_dim;
+  /* Variable length: when cu_seqlens_q is set, cu_seqlens_q/k (int32, batch + 1 entries, on the
+   * device) give each sequence's token range, seqlen_q/k are the maxima and total_q the total
+   * number of query tokens (it sizes the log-sum-exp). */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int64_t total_q;
+  /* Optional fp32 natural-log log-sum-exp: (batch, heads, seqlen_q), or (heads, total_q) when
+   * variable length; +inf for a row that sees no key. NULL to skip. */
+  float* softmax_lse;
+  float softmax_scale;
+  int32_t causal;           /* 0 or 1 */
+  int32_t causal_alignment; /* fc_causal_alignment; also places the local window and ALiBi */
+  int64_t window_left;      /* -1 = unbounded */
+  int64_t window_right;     /* -1 = unbounded */
+  float softcap;            /* > 0: scores become softcap * tanh(score / softcap) */
+  const float* alibi_slopes; /* optional fp32 (heads) or (batch, heads) on the device */
+  int64_t alibi_batch_stride; /* 0 when one slope per head */
+  fc_tile_config tile;
+  int32_t family; /* fc_kernel_family */
+  void* stream;   /* cudaStream_t; NULL = legacy default stream of the tensors' device */
+} fc_forward_args;
+
+/* Fills args with defaults: unbounded windows, automatic tile and family, no optional outputs. */
+void fc_forward_args_init(fc_forward_args* args);
+
+/* Runs the attention forward pass O = softmax(scale * Q K^T + bias, masked) V. */
+fc_status fc_forward(const fc_forward_args* args);
+
+/* The message of the calling thread's last failed call ("" if none). */
+const char* fc_last_error(void);
+
+/* Tile configurations compiled in for (dtype, head_dim) of a family, written to out (up to
+ * capacity entries); returns how many exist. */
+int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim, fc_tile_config* out,
+                                 int32_t capacity);
+
+/* The tile configuration the automatic choice takes for (family, dtype, head_dim). */
+fc_status fc_default_tile_config(int32_t family, int32_t dtype, int32_t head_dim, fc_tile_config* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHCUTE_FLASHCUTE_H_ */
