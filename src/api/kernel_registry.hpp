@@ -20,8 +20,7 @@ using SupportsFn = bool (*)(const AttentionParams& params);
 struct KernelEntry {
   fc_kernel_family family;
   fc_dtype dtype;
-  int head_dim;  // the padded head_dim the kernel is built for; it serves every d <= head_dim
-                 // above the next smaller bucket
+  int head_dim;  // the padded head_dim it is built for; a problem runs on the smallest >= d
   fc_tile_config tile;
   size_t smem_bytes;  // dynamic shared memory per block
   int min_compute_capability;  // 80 for the SM80 family, 90 for Hopper
@@ -30,9 +29,6 @@ struct KernelEntry {
 };
 
 using KernelTable = std::vector<KernelEntry>;
-
-// Head-dim buckets: a problem with head_dim d runs on the smallest bucket >= d.
-int sm80_head_dim_bucket(int head_dim);
 
 // Each family appends its compiled entries (defined next to the family's instantiations).
 void register_sm80_kernels(KernelTable& table);

@@ -1,0 +1,61 @@
+// The extern "C" surface over the C++ API; errors are kept per thread for fc_last_error().
+#include <string>
+
+#include "api/dispatch.hpp"
+#include "flashcute/attention.hpp"
+#include "flashcute/flashcute.h"
+
+namespace {
+thread_local std::string last_error;
+
+fc_status record(const flashcute::Status& s) {
+  last_error = s.message;
+  return s.code;
+}
+}  // namespace
+
+extern "C" {
+
+void fc_forward_args_init(fc_forward_args* args) {
+  if (args == nullptr) return;
+  *args = fc_forward_args{};
+  args->abi_version = FC_ABI_VERSION;
+  args->dtype = FC_BFLOAT16;
+  args->causal_alignment = FC_CAUSAL_BOTTOM_RIGHT;
+  args->window_left = -1;
+  args->window_right = -1;
+  args->family = FC_FAMILY_AUTO;
+}
+
+fc_status fc_forward(const fc_forward_args* args) {
+  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
+  try {
+    return record(flashcute::forward(*args));
+  } catch (const std::exception& e) {  // never let an exception cross the C boundary
+    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
+  }
+}
+
+const char* fc_last_error(void) { return last_error.c_str(); }
+
+int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim,
+                                 fc_tile_config* out, int32_t capacity) {
+  const auto tiles = flashcute::compiled_tile_configs(static_cast<fc_kernel_family>(family),
+                                                      static_cast<fc_dtype>(dtype), head_dim);
+  for (int32_t i = 0; i < capacity && i < int32_t(tiles.size()) && out != nullptr; ++i) {
+    out[i] = tiles[i];
+  }
+  return int32_t(tiles.size());
+}
+
+fc_status fc_default_tile_config(int32_t family, int32_t dtype, int32_t head_dim,
+                                 fc_tile_config* out) {
+  if (out == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "out is null"});
+  const auto f = family == FC_FAMILY_AUTO ? FC_FAMILY_SM80 : static_cast<fc_kernel_family>(family);
+  if (!flashcute::default_tile_for(f, static_cast<fc_dtype>(dtype), head_dim, *out)) {
+    return record({FC_ERROR_UNSUPPORTED, "no kernel compiled for this family, dtype and head_dim"});
+  }
+  return FC_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,119 @@
+#include "api/dispatch.hpp"
+
+#include <string>
+
+#include "kernels/sm80/default_tiles.hpp"
+
+namespace flashcute {
+namespace {
+
+bool same_tile(const fc_tile_config& a, const fc_tile_config& b) {
+  return a.m_block == b.m_block && a.n_block == b.n_block && a.num_threads == b.num_threads;
+}
+
+std::string describe(const fc_tile_config& t) {
+  return "(m_block " + std::to_string(t.m_block) + ", n_block " + std::to_string(t.n_block) +
+         ", num_threads " + std::to_string(t.num_threads) + ")";
+}
+
+const char* family_name(fc_kernel_family f) { return f == FC_FAMILY_SM90 ? "sm90" : "sm80"; }
+
+}  // namespace
+
+std::vector<const KernelEntry*> entries_for(fc_kernel_family family, fc_dtype dtype, int head_dim) {
+  // The smallest bucket of this family that holds head_dim.
+  int bucket = 0;
+  for (const KernelEntry& e : kernel_table()) {
+    if (e.family == family && e.dtype == dtype && e.head_dim >= head_dim &&
+        (bucket == 0 || e.head_dim < bucket)) {
+      bucket = e.head_dim;
+    }
+  }
+  std::vector<const KernelEntry*> out;
+  for (const KernelEntry& e : kernel_table()) {
+    if (e.family == family && e.dtype == dtype && e.head_dim == bucket) out.push_back(&e);
+  }
+  return out;
+}
+
+bool default_tile_for(fc_kernel_family family, fc_dtype dtype, int head_dim, fc_tile_config& tile) {
+  const auto entries = entries_for(family, dtype, head_dim);
+  if (entries.empty()) return false;
+  if (family == FC_FAMILY_SM80) {
+    const sm80::DefaultTile d = sm80::default_tile(entries.front()->head_dim);
+    const fc_tile_config wanted{d.m_block, d.n_block, d.num_threads};
+    for (const KernelEntry* e : entries) {
+      if (same_tile(e->tile, wanted)) {
+        tile = wanted;
+        return true;
+      }
+    }
+  }
+  tile = entries.front()->tile;  // families with one tile per bucket, or a pruned build
+  return true;
+}
+
+Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
+                     const DeviceLimits& device, const KernelEntry*& selected) {
+  selected = nullptr;
+  if (device.compute_capability < 80) {
+    return {FC_ERROR_UNSUPPORTED, "the device has compute capability " +
+                                      std::to_string(device.compute_capability / 10) + "." +
+                                      std::to_string(device.compute_capability % 10) +
+                                      "; flashcute needs sm_80 or newer"};
+  }
+  const auto dtype = static_cast<fc_dtype>(args.dtype);
+  const auto requested = static_cast<fc_kernel_family>(args.family);
+  if (requested == FC_FAMILY_SM90 && device.compute_capability != 90) {
+    return {FC_ERROR_UNSUPPORTED, "family: sm90 kernels need a compute capability 9.0 device"};
+  }
+  const bool auto_tile = args.tile.m_block == 0;
+  std::vector<fc_kernel_family> families;
+  if (requested == FC_FAMILY_AUTO) {
+    if (device.compute_capability == 90) families.push_back(FC_FAMILY_SM90);
+    families.push_back(FC_FAMILY_SM80);
+  } else {
+    families.push_back(requested);
+  }
+
+  std::string why;
+  for (fc_kernel_family family : families) {
+    const auto entries = entries_for(family, dtype, params.head_dim);
+    if (entries.empty()) {
+      why += std::string(why.empty() ? "" : "; ") + family_name(family) +
+             ": no kernel compiled for this dtype and head_dim";
+      continue;
+    }
+    fc_tile_config wanted = args.tile;
+    if (auto_tile) default_tile_for(family, dtype, params.head_dim, wanted);
+    const KernelEntry* match = nullptr;
+    for (const KernelEntry* e : entries) {
+      if (same_tile(e->tile, wanted)) match = e;
+    }
+    if (match == nullptr) {
+      std::string list;
+      for (const KernelEntry* e : entries) list += (list.empty() ? "" : ", ") + describe(e->tile);
+      why += std::string(why.empty() ? "" : "; ") + "tile: " + describe(wanted) +
+             " is not compiled for the " + family_name(family) + " family at head_dim " +
+             std::to_string(entries.front()->head_dim) + "; compiled: " + list;
+      continue;
+    }
+    if (match->supports != nullptr && !match->supports(params)) {
+      why += std::string(why.empty() ? "" : "; ") + family_name(family) +
+             ": this combination of features is not supported by the family";
+      continue;
+    }
+    if (match->smem_bytes > device.max_smem_per_block) {
+      why += std::string(why.empty() ? "" : "; ") + "tile: " + describe(match->tile) + " needs " +
+             std::to_string(match->smem_bytes) + " bytes of shared memory; the device allows " +
+             std::to_string(device.max_smem_per_block);
+      continue;
+    }
+    if (device.compute_capability < match->min_compute_capability) continue;
+    selected = match;
+    return {};
+  }
+  return {FC_ERROR_UNSUPPORTED, why};
+}
+
+}  // namespace flashcute

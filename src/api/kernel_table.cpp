@@ -1,0 +1,17 @@
+#include "api/kernel_registry.hpp"
+
+namespace flashcute {
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    register_sm80_kernels(t);
+#if FLASHCUTE_WITH_SM90
+    register_sm90_kernels(t);
+#endif
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace flashcute

@@ -1,0 +1,187 @@
+#include "api/validate.hpp"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace flashcute {
+namespace {
+
+Status invalid(const std::string& message) { return {FC_ERROR_INVALID_ARGUMENT, message}; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Strides must keep every row 16-byte aligned (8 elements of fp16/bf16) for vector loads.
+// A stride of a dimension of extent 1 is never used, so it is not checked.
+Status check_tensor(const char* name, const fc_tensor& t, int64_t batch, int64_t seqlen,
+                    int64_t heads) {
+  if (t.data == nullptr) return invalid(std::string(name) + ": data pointer is null");
+  if (!aligned16(t.data)) return invalid(std::string(name) + ": data pointer is not 16-byte aligned");
+  const int64_t strides[3] = {t.batch_stride, t.seq_stride, t.head_stride};
+  const int64_t extents[3] = {batch, seqlen, heads};
+  const char* stride_names[3] = {"batch_stride", "seq_stride", "head_stride"};
+  for (int i = 0; i < 3; ++i) {
+    if (extents[i] <= 1) continue;
+    if (strides[i] < 0) return invalid(std::string(name) + "." + stride_names[i] + " is negative");
+    if (strides[i] % 8 != 0) {
+      return invalid(std::string(name) + "." + stride_names[i] +
+                     " must be a multiple of 8 elements (16-byte aligned rows)");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
+  if (a.abi_version != FC_ABI_VERSION) {
+    return invalid("abi_version: expected " + std::to_string(FC_ABI_VERSION) +
+                   " (call fc_forward_args_init)");
+  }
+  if (a.dtype != FC_FLOAT16 && a.dtype != FC_BFLOAT16) {
+    return invalid("dtype: must be FC_FLOAT16 or FC_BFLOAT16 (got " + std::to_string(a.dtype) + ")");
+  }
+  const struct { const char* name; int64_t value; } sizes[] = {
+      {"batch", a.batch},       {"seqlen_q", a.seqlen_q}, {"seqlen_k", a.seqlen_k},
+      {"heads", a.heads},       {"heads_k", a.heads_k},   {"head_dim", a.head_dim}};
+  for (const auto& s : sizes) {
+    if (s.value < 0) return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
+    if (s.value > INT_MAX) return invalid(std::string(s.name) + " exceeds 2^31 - 1");
+  }
+  if (a.batch > 65535) return invalid("batch: at most 65535");
+  if (a.heads > 65535) return invalid("heads: at most 65535");
+  if (a.head_dim == 0 || a.head_dim % 8 != 0 || a.head_dim > 256) {
+    return invalid("head_dim must be a multiple of 8 in [8, 256] (got " +
+                   std::to_string(a.head_dim) + ")");
+  }
+  if (a.heads == 0 || a.heads_k == 0) {
+    if (a.heads != 0 || a.heads_k != 0) return invalid("heads_k: must be >= 1");
+  } else if (a.heads % a.heads_k != 0) {
+    return invalid("heads_k (" + std::to_string(a.heads_k) + ") must divide heads (" +
+                   std::to_string(a.heads) + ")");
+  }
+  if (!std::isfinite(a.softmax_scale)) return invalid("softmax_scale must be finite");
+  if (!std::isfinite(a.softcap) || a.softcap < 0) return invalid("softcap must be finite and >= 0");
+  if (a.causal != 0 && a.causal != 1) return invalid("causal must be 0 or 1");
+  if (a.causal_alignment != FC_CAUSAL_TOP_LEFT && a.causal_alignment != FC_CAUSAL_BOTTOM_RIGHT) {
+    return invalid("causal_alignment must be FC_CAUSAL_TOP_LEFT or FC_CAUSAL_BOTTOM_RIGHT");
+  }
+  if (a.window_left < -1) return invalid("window_left must be >= 0, or -1 for unbounded");
+  if (a.window_right < -1) return invalid("window_right must be >= 0, or -1 for unbounded");
+  if (a.family != FC_FAMILY_AUTO && a.family != FC_FAMILY_SM80 && a.family != FC_FAMILY_SM90) {
+    return invalid("family must be FC_FAMILY_AUTO, FC_FAMILY_SM80 or FC_FAMILY_SM90");
+  }
+  const bool varlen = a.cu_seqlens_q != nullptr || a.cu_seqlens_k != nullptr;
+  if (varlen && (a.cu_seqlens_q == nullptr || a.cu_seqlens_k == nullptr)) {
+    return invalid("cu_seqlens_q and cu_seqlens_k must be given together");
+  }
+  if (varlen && a.total_q < 0) return invalid("total_q is negative");
+  if (varlen && a.softmax_lse != nullptr && a.total_q == 0 && a.batch > 0 && a.seqlen_q > 0) {
+    return invalid("total_q: required with softmax_lse for variable-length batches");
+  }
+  if (a.alibi_batch_stride < 0) return invalid("alibi_batch_stride is negative");
+  const fc_tile_config& t = a.tile;
+  const bool auto_tile = t.m_block == 0 && t.n_block == 0 && t.num_threads == 0;
+  if (!auto_tile && (t.m_block <= 0 || t.n_block <= 0 || t.num_threads <= 0)) {
+    return invalid("tile: m_block, n_block and num_threads must all be positive, or all 0 (automatic)");
+  }
+
+  // Nothing to compute: the caller's tensors may then be empty (null) too.
+  const bool empty = a.batch == 0 || a.seqlen_q == 0 || a.heads == 0;
+  if (!empty) {
+    // Packed tokens have no batch stride: their rows run through seq_stride.
+    const int64_t batch_extent = varlen ? 1 : a.batch;
+    const int64_t q_rows = varlen ? a.total_q : a.seqlen_q;
+    const int64_t k_rows = varlen ? INT64_MAX : a.seqlen_k;
+    Status s = check_tensor("q", a.q, batch_extent, q_rows, a.heads);
+    if (s.ok()) s = check_tensor("o", a.o, batch_extent, q_rows, a.heads);
+    if (s.ok() && a.seqlen_k > 0) s = check_tensor("k", a.k, batch_extent, k_rows, a.heads_k);
+    if (s.ok() && a.seqlen_k > 0) s = check_tensor("v", a.v, batch_extent, k_rows, a.heads_k);
+    if (!s.ok()) return s;
+    if (a.softmax_lse != nullptr && reinterpret_cast<uintptr_t>(a.softmax_lse) % 4 != 0) {
+      return invalid("softmax_lse is not 4-byte aligned");
+    }
+  }
+
+  p = AttentionParams{};
+  p.q = a.q.data;
+  p.k = a.k.data;
+  p.v = a.v.data;
+  p.o = a.o.data;
+  p.lse = a.softmax_lse;
+  p.q_batch_stride = a.q.batch_stride;
+  p.q_row_stride = a.q.seq_stride;
+  p.q_head_stride = a.q.head_stride;
+  p.k_batch_stride = a.k.batch_stride;
+  p.k_row_stride = a.k.seq_stride;
+  p.k_head_stride = a.k.head_stride;
+  p.v_batch_stride = a.v.batch_stride;
+  p.v_row_stride = a.v.seq_stride;
+  p.v_head_stride = a.v.head_stride;
+  p.o_batch_stride = a.o.batch_stride;
+  p.o_row_stride = a.o.seq_stride;
+  p.o_head_stride = a.o.head_stride;
+  p.batch = int(a.batch);
+  p.heads = int(a.heads);
+  p.heads_k = int(a.heads_k);
+  p.heads_per_kv_head = a.heads_k > 0 ? int(a.heads / a.heads_k) : 1;
+  p.head_dim = int(a.head_dim);
+  p.seqlen_q = int(a.seqlen_q);
+  p.seqlen_k = int(a.seqlen_k);
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  // LSE: (batch, heads, seqlen_q) dense, (heads, total_q) for packed tokens.
+  p.lse_head_stride = varlen ? a.total_q : a.seqlen_q;
+  p.lse_batch_stride = varlen ? 0 : a.heads * a.seqlen_q;
+  p.softmax_scale = a.softmax_scale;
+  p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
+  p.softcap = a.softcap;
+  p.bottom_right = a.causal_alignment == FC_CAUSAL_BOTTOM_RIGHT;
+  // A window wider than both sequences is no window; causal fixes the right edge at the diagonal.
+  const int64_t span = a.seqlen_q + a.seqlen_k;
+  p.window_left = a.window_left < 0 || a.window_left >= span ? -1 : int(a.window_left);
+  p.window_right = a.window_right < 0 || a.window_right >= span ? -1 : int(a.window_right);
+  if (a.causal) p.window_right = 0;
+  p.alibi_slopes = a.alibi_slopes;
+  p.alibi_batch_stride = a.alibi_batch_stride;
+  return {};
+}
+
+Status find_tensor_device(const ForwardArgs& a, int& device) {
+  device = -1;
+  const bool read_kv = a.seqlen_k > 0;
+  const struct { const char* name; const void* ptr; } tensors[] = {
+      {"q", a.q.data},
+      {"k", read_kv ? a.k.data : nullptr},
+      {"v", read_kv ? a.v.data : nullptr},
+      {"o", a.o.data},
+      {"softmax_lse", a.softmax_lse},
+      {"cu_seqlens_q", a.cu_seqlens_q},
+      {"cu_seqlens_k", a.cu_seqlens_k},
+      {"alibi_slopes", a.alibi_slopes}};
+  for (const auto& t : tensors) {
+    if (t.ptr == nullptr) continue;
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, t.ptr);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+      return {FC_ERROR_CUDA, std::string(t.name) + ": cannot query the pointer (" +
+                                 cudaGetErrorString(err) + ")"};
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+      return invalid(std::string(t.name) + " is not CUDA device memory");
+    }
+    if (device < 0) {
+      device = attr.device;
+    } else if (attr.device != device) {
+      return invalid(std::string(t.name) + " is on device " + std::to_string(attr.device) +
+                     " but q is on device " + std::to_string(device));
+    }
+  }
+  return {};
+}
+
+}  // namespace flashcute

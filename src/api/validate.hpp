@@ -1,0 +1,16 @@
+// Argument validation: every check runs before anything is launched, and a failure names the
+// argument. What can be checked without a GPU is checked first, so CPU-only tests cover it.
+#pragma once
+
+#include "flashcute/attention.hpp"
+#include "kernels/common/params.hpp"
+
+namespace flashcute {
+
+// Shapes, dtype, strides, alignment, scale and options; fills params on success.
+Status validate_arguments(const ForwardArgs& args, AttentionParams& params);
+
+// The device that holds all tensors (the error names a tensor that lives elsewhere or on the host).
+Status find_tensor_device(const ForwardArgs& args, int& device);
+
+}  // namespace flashcute

@@ -1,0 +1,68 @@
+// Registers the SM80-family kernels of one (dtype, head_dim bucket): every tile configuration a
+// user may choose in the full set, only the automatic choice in the minimal set.
+#pragma once
+
+#include "api/kernel_registry.hpp"
+#include "kernels/sm80/default_tiles.hpp"
+#include "kernels/sm80/kernel.cuh"
+#include "kernels/sm80/traits.cuh"
+
+namespace flashcute::sm80 {
+
+template <class Traits>
+cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
+  const auto kernel = forward_kernel<Traits>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    // Per device: the caller has made the tensors' device current.
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads,
+                  params.batch);
+  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <class Element>
+constexpr fc_dtype dtype_of() {
+  return std::is_same_v<Element, cutlass::half_t> ? FC_FLOAT16 : FC_BFLOAT16;
+}
+
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, int kNThreads>
+void add_tile_config(KernelTable& table) {
+  if constexpr (tile_config_fits<kHeadDim, kBlockM, kBlockN, kNThreads>()) {
+    using Traits = KernelTraits<Element, kHeadDim, kBlockM, kBlockN, kNThreads>;
+    table.push_back({FC_FAMILY_SM80, dtype_of<Element>(), kHeadDim,
+                     fc_tile_config{kBlockM, kBlockN, kNThreads}, size_t(Traits::kSmemBytes), 80,
+                     &launch<Traits>, nullptr});
+  }
+}
+
+template <class Element, int kHeadDim>
+void add_head_dim_kernels(KernelTable& table) {
+#if FLASHCUTE_FULL_TILE_SET
+  add_tile_config<Element, kHeadDim, 64, 32, 128>(table);
+  add_tile_config<Element, kHeadDim, 64, 64, 128>(table);
+  add_tile_config<Element, kHeadDim, 64, 128, 128>(table);
+  add_tile_config<Element, kHeadDim, 128, 32, 128>(table);
+  add_tile_config<Element, kHeadDim, 128, 64, 128>(table);
+  add_tile_config<Element, kHeadDim, 128, 128, 128>(table);
+  add_tile_config<Element, kHeadDim, 128, 32, 256>(table);
+  add_tile_config<Element, kHeadDim, 128, 64, 256>(table);
+  add_tile_config<Element, kHeadDim, 128, 128, 256>(table);
+#else
+  constexpr DefaultTile tile = default_tile(kHeadDim);
+  add_tile_config<Element, kHeadDim, tile.m_block, tile.n_block, tile.num_threads>(table);
+#endif
+}
+
+}  // namespace flashcute::sm80
+
+#define FLASHCUTE_SM80_INSTANTIATE(Element, dtype, hd)                \
+  namespace flashcute::sm80 {                                          \
+  void register_##dtype##_hd##hd(KernelTable& table) {                 \
+    add_head_dim_kernels<Element, hd>(table);                          \
+  }                                                                    \
+  }
