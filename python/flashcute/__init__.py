@@ -1,0 +1,120 @@
+"""flashcute: fused attention forward kernels on CuTe, with FlashAttention-2's Python API.
+
+`flash_attn_func` and `flash_attn_varlen_func` take FlashAttention's arguments with its semantics
+(bottom-right causal, 1/sqrt(head_dim) default scale, GQA, natural-log LSE); `forward` exposes the
+library's extensions (top-left causal alignment, a forced kernel family or tile). Forward only.
+
+Inputs may be torch tensors (through the custom op torch.ops.flashcute.fwd, so torch.compile and
+CUDA graphs work) or any DLPack CUDA array (CuPy, JAX). torch is imported only when a torch tensor
+is passed.
+"""
+
+import sys
+
+from . import _checks
+from ._library import (
+    CudaError,
+    FlashCuteError,
+    InvalidArgumentError,
+    UnsupportedError,
+    compiled_tile_configs,
+    default_tile_config,
+    library_path,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "forward",
+    "compiled_tile_configs",
+    "default_tile_config",
+    "library_path",
+    "FlashCuteError",
+    "InvalidArgumentError",
+    "UnsupportedError",
+    "CudaError",
+]
+
+
+def _is_torch_tensor(x):
+    # A torch tensor cannot exist unless torch was imported, so this never imports torch.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+            max_seqlen_k=None, softmax_scale=None, causal=False, causal_alignment="bottom_right",
+            window_size=(-1, -1), softcap=0.0, alibi_slopes=None, return_lse=False,
+            family="auto", tile=None):
+    """Attention forward with every option the library has; returns out, or (out, lse).
+
+    q: (batch, seqlen_q, heads, head_dim), k/v: (batch, seqlen_k, heads_k, head_dim); or, with
+    cu_seqlens_q/k (int32, batch + 1) and max_seqlen_q/k, packed (total, heads, head_dim).
+    causal_alignment: "bottom_right" (FlashAttention) or "top_left" (PyTorch's is_causal); it also
+    places the local window and ALiBi. family: "auto", "sm80" or "sm90". tile: None (automatic) or
+    (m_block, n_block, num_threads), one of compiled_tile_configs(family, dtype, head_dim).
+    """
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+
+    def options_fn(problem):
+        return _checks.check_options(problem, softmax_scale, causal, causal_alignment,
+                                     window_size, softcap, family, tile)
+
+    if _is_torch_tensor(q):
+        from . import _torch as frontend
+    else:
+        from . import _dlpack as frontend
+    out, lse = frontend.forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                alibi_slopes, options_fn, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False):
+    """FlashAttention-2's flash_attn_func, forward only.
+
+    q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, heads_k, head_dim), heads a
+    multiple of heads_k (GQA/MQA); fp16 or bf16 on a CUDA device, head_dim a multiple of 8 up to
+    256, last dim contiguous. causal is bottom-right aligned. window_size=(left, right), -1 for
+    unbounded. softcap > 0 caps scores at softcap * tanh(score / softcap). alibi_slopes: fp32
+    (heads,) or (batch, heads). deterministic is accepted and has no effect (the forward pass is
+    deterministic). Returns out (batch, seqlen_q, heads, head_dim), or with return_attn_probs
+    (out, softmax_lse (batch, heads, seqlen_q) fp32, None): no probabilities are materialised.
+    """
+    _checks.check_dropout(dropout_p)
+    out = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                  softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_attn_probs)
+    if return_attn_probs:
+        return out[0], out[1], None
+    return out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None):
+    """FlashAttention-2's flash_attn_varlen_func, forward only.
+
+    q: (total_q, heads, head_dim), k, v: (total_k, heads_k, head_dim): sequences packed one after
+    another, sequence i occupying rows cu_seqlens[i]:cu_seqlens[i + 1] (int32, batch + 1 entries,
+    on q's device). max_seqlen_q/k must be at least the longest sequence (they size the launch).
+    Causal masks, windows and ALiBi are aligned per sequence. Returns out (total_q, heads,
+    head_dim), or (out, softmax_lse (heads, total_q), None) with return_attn_probs. A paged KV
+    cache (block_table) is not supported.
+    """
+    _checks.check_dropout(dropout_p)
+    if block_table is not None:
+        raise NotImplementedError("block_table: flashcute has no paged KV cache")
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k are required")
+    out = forward(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                  softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                  softcap=softcap, alibi_slopes=alibi_slopes, return_lse=return_attn_probs)
+    if return_attn_probs:
+        return out[0], out[1], None
+    return out

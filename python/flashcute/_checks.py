@@ -1,0 +1,274 @@
+"""Framework-neutral argument checks and the filling of fc_forward_args.
+
+Each front end (torch, DLPack) describes its arrays as TensorDesc and calls these checks, so a bad
+argument gets the same exception and message whatever framework it came from, before the library
+is called. The checks only read metadata; `check_pointers` is separate because under torch.compile
+the data pointers exist only when the op really runs.
+"""
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from . import _library as lib
+
+SUPPORTED_DTYPES = ("fp16", "bf16")
+MAX_HEAD_DIM = 256
+# The kernels move 16 bytes at a time: every tensor start and row stride must keep that alignment.
+ALIGN_BYTES = 16
+ALIGN_ELEMENTS = 8
+
+
+@dataclass
+class TensorDesc:
+    name: str
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]  # in elements
+    dtype: str  # "fp16", "bf16", "fp32", "int32" or the framework's own name for anything else
+    device: Tuple[str, int]  # ("cuda", index), ("cpu", 0), ...
+    ptr: Optional[int] = None  # None while tracing (torch fake tensors have no storage)
+    itemsize: int = 2
+
+    def device_str(self):
+        kind, index = self.device
+        return f"{kind}:{index}"
+
+
+@dataclass
+class Problem:
+    dtype: str
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_k: int
+    head_dim: int
+    device: Tuple[str, int]
+    varlen: bool
+    total_q: int = 0
+
+    def out_shape(self):
+        if self.varlen:
+            return (self.total_q, self.heads, self.head_dim)
+        return (self.batch, self.seqlen_q, self.heads, self.head_dim)
+
+    def lse_shape(self):
+        if self.varlen:
+            return (self.heads, self.total_q)
+        return (self.batch, self.heads, self.seqlen_q)
+
+
+@dataclass
+class Options:
+    softmax_scale: float
+    causal: bool
+    causal_alignment: int
+    window_left: int
+    window_right: int
+    softcap: float
+    family: int
+    tile: Tuple[int, int, int]
+
+
+def _as_int(name, value, minimum):
+    """Python and NumPy integers alike; bools and floats are refused rather than truncated."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_dropout(dropout_p):
+    if dropout_p != 0.0:
+        raise NotImplementedError(
+            f"dropout_p={dropout_p}: flashcute has no dropout (forward inference only); pass 0.0")
+
+
+def _check_cuda(t):
+    if t.device[0] != "cuda":
+        raise ValueError(f"{t.name} must be on a CUDA device, got {t.device_str()}")
+
+
+def _check_layout(t):
+    """Last dim contiguous; every other stride a multiple of 8 elements (16 bytes)."""
+    if t.shape[-1] > 1 and t.strides[-1] != 1:
+        raise ValueError(
+            f"{t.name} must have a contiguous last dimension (stride 1), got strides {t.strides}")
+    for dim, (extent, stride) in enumerate(zip(t.shape[:-1], t.strides[:-1])):
+        if extent > 1 and stride % ALIGN_ELEMENTS != 0:
+            raise ValueError(
+                f"{t.name}: stride {stride} of dim {dim} is not a multiple of {ALIGN_ELEMENTS} "
+                f"elements (16 bytes); strides {t.strides}")
+
+
+def _qkv_common(q, k, v, ndim):
+    for t in (q, k, v):
+        _check_cuda(t)
+    for t in (q, k, v):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{t.name} has dtype {t.dtype}; flashcute supports float16 and bfloat16")
+    for t in (k, v):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{t.name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+    for t in (q, k, v):
+        if len(t.shape) != ndim:
+            raise ValueError(f"{t.name} must have {ndim} dimensions, got shape {t.shape}")
+    for t in (k, v):
+        if t.device != q.device:
+            raise ValueError(
+                f"{t.name} is on {t.device_str()} but q is on {q.device_str()}; they must match")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"v has shape {v.shape} but k has {k.shape}; they must match")
+    head_dim = q.shape[-1]
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"k has head_dim {k.shape[-1]} but q has {head_dim}; they must match")
+    heads, heads_k = q.shape[-2], k.shape[-2]
+    if heads < 1 or heads_k < 1 or heads % heads_k != 0:
+        raise ValueError(
+            f"heads of q ({heads}) must be a positive multiple of heads of k/v ({heads_k})")
+    if head_dim % ALIGN_ELEMENTS != 0 or not 0 < head_dim <= MAX_HEAD_DIM:
+        raise ValueError(
+            f"head_dim {head_dim} is not supported: it must be a multiple of 8 in 8..{MAX_HEAD_DIM}")
+    for t in (q, k, v):
+        _check_layout(t)
+    return heads, heads_k, head_dim
+
+
+def check_dense(q, k, v):
+    heads, heads_k, head_dim = _qkv_common(q, k, v, 4)
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"k has batch {k.shape[0]} but q has {q.shape[0]}; they must match")
+    return Problem(q.dtype, q.shape[0], q.shape[1], k.shape[1], heads, heads_k, head_dim,
+                   q.device, varlen=False)
+
+
+def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    heads, heads_k, head_dim = _qkv_common(q, k, v, 3)
+    for cu in (cu_seqlens_q, cu_seqlens_k):
+        if cu.dtype != "int32":
+            raise TypeError(f"{cu.name} must have dtype int32, got {cu.dtype}")
+        if cu.device != q.device:
+            raise ValueError(
+                f"{cu.name} is on {cu.device_str()} but q is on {q.device_str()}; they must match")
+        if len(cu.shape) != 1 or cu.shape[0] < 1:
+            raise ValueError(f"{cu.name} must be 1-D with batch + 1 entries, got shape {cu.shape}")
+        if cu.shape[0] > 1 and cu.strides[0] != 1:
+            raise ValueError(f"{cu.name} must be contiguous, got strides {cu.strides}")
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
+        raise ValueError(
+            f"cu_seqlens_k has {cu_seqlens_k.shape[0]} entries but cu_seqlens_q has "
+            f"{cu_seqlens_q.shape[0]}; both must be batch + 1")
+    max_seqlen_q = _as_int("max_seqlen_q", max_seqlen_q, 0)
+    max_seqlen_k = _as_int("max_seqlen_k", max_seqlen_k, 0)
+    return Problem(q.dtype, cu_seqlens_q.shape[0] - 1, max_seqlen_q, max_seqlen_k, heads, heads_k,
+                   head_dim, q.device, varlen=True, total_q=q.shape[0])
+
+
+def check_alibi(alibi, problem):
+    """alibi_slopes: fp32 (heads,) or (batch, heads) on q's device."""
+    if alibi is None:
+        return
+    if alibi.dtype != "fp32":
+        raise TypeError(f"alibi_slopes must have dtype float32, got {alibi.dtype}")
+    if alibi.device != problem.device:
+        raise ValueError(
+            f"alibi_slopes is on {alibi.device_str()} but q is on "
+            f"{problem.device[0]}:{problem.device[1]}; they must match")
+    shape = tuple(alibi.shape)
+    if shape not in ((problem.heads,), (problem.batch, problem.heads)):
+        raise ValueError(
+            f"alibi_slopes must have shape ({problem.heads},) or ({problem.batch}, "
+            f"{problem.heads}), got {shape}")
+    if shape[-1] > 1 and alibi.strides[-1] != 1:
+        raise ValueError(f"alibi_slopes must have a contiguous last dimension, got {alibi.strides}")
+
+
+def check_options(problem, softmax_scale, causal, causal_alignment, window_size, softcap, family,
+                  tile):
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(problem.head_dim)
+    softmax_scale = float(softmax_scale)
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}") from None
+    left = _as_int("window_size[0] (-1 = unbounded)", left, -1)
+    right = _as_int("window_size[1] (-1 = unbounded)", right, -1)
+    softcap = float(softcap)
+    if not (softcap >= 0.0 and math.isfinite(softcap)):
+        raise ValueError(f"softcap must be >= 0 (0 = off), got {softcap}")
+    if causal_alignment not in lib.ALIGNMENTS:
+        raise ValueError(
+            f"causal_alignment must be one of {sorted(lib.ALIGNMENTS)}, got {causal_alignment!r}")
+    if family not in lib.FAMILIES:
+        raise ValueError(f"family must be one of {sorted(lib.FAMILIES)}, got {family!r}")
+    if tile is None:
+        tile = (0, 0, 0)
+    else:
+        tile = tuple(int(x) for x in tile)
+        if len(tile) != 3 or min(tile) <= 0:
+            raise ValueError(
+                f"tile must be None or (m_block, n_block, num_threads) > 0, got {tile!r}")
+    return Options(softmax_scale, bool(causal), lib.ALIGNMENTS[causal_alignment], left, right,
+                   softcap, lib.FAMILIES[family], tile)
+
+
+def check_pointers(tensors):
+    """Every start 16-byte aligned (4 bytes for the int32/fp32 side inputs)."""
+    for t in tensors:
+        if t is None or t.ptr is None:
+            continue
+        need = ALIGN_BYTES if t.dtype in SUPPORTED_DTYPES else t.itemsize
+        if t.ptr % need != 0:
+            raise ValueError(
+                f"{t.name}: data pointer {t.ptr:#x} is not {need}-byte aligned "
+                "(a slice that starts mid-row? take .contiguous() or a copy)")
+
+
+def _fc_tensor(t, varlen):
+    """Strides for the C struct; an extent-1 dim is never stepped over, so its stride is 0."""
+    strides = [s if n > 1 else 0 for n, s in zip(t.shape, t.strides)]
+    if varlen:
+        return lib.FcTensor(t.ptr, 0, strides[0], strides[1])
+    return lib.FcTensor(t.ptr, strides[0], strides[1], strides[2])
+
+
+def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seqlens_k=None,
+               alibi=None, stream=0):
+    """An fc_forward_args for the checked problem; descs must carry real pointers."""
+    args = lib.new_args()
+    args.abi_version = lib.ABI_VERSION
+    args.q, args.k, args.v, args.o = (_fc_tensor(t, problem.varlen) for t in (q, k, v, o))
+    args.dtype = lib.DTYPE_CODES[problem.dtype]
+    args.batch = problem.batch
+    args.seqlen_q = problem.seqlen_q
+    args.seqlen_k = problem.seqlen_k
+    args.heads = problem.heads
+    args.heads_k = problem.heads_k
+    args.head_dim = problem.head_dim
+    if problem.varlen:
+        args.cu_seqlens_q = cu_seqlens_q.ptr
+        args.cu_seqlens_k = cu_seqlens_k.ptr
+        args.total_q = problem.total_q
+    args.softmax_lse = lse.ptr if lse is not None else None
+    args.softmax_scale = options.softmax_scale
+    args.causal = int(options.causal)
+    args.causal_alignment = options.causal_alignment
+    args.window_left = options.window_left
+    args.window_right = options.window_right
+    args.softcap = options.softcap
+    if alibi is not None:
+        args.alibi_slopes = alibi.ptr
+        args.alibi_batch_stride = alibi.strides[0] if len(alibi.shape) == 2 and alibi.shape[0] > 1 else 0
+    args.tile = lib.FcTileConfig(*options.tile)
+    args.family = options.family
+    args.stream = stream or None
+    return args

@@ -1,0 +1,200 @@
+"""ctypes mirror of include/flashcute/flashcute.h and the loader of libflashcute.so.
+
+Nothing here touches a GPU: loading the library and filling an fc_forward_args need no device, so
+the CPU test suite exercises this module directly.
+"""
+
+import ctypes
+import os
+import pathlib
+import threading
+
+ABI_VERSION = 1
+
+# fc_status
+OK = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_UNSUPPORTED = 2
+ERROR_CUDA = 3
+
+# fc_dtype
+FLOAT16 = 0
+BFLOAT16 = 1
+DTYPE_CODES = {"fp16": FLOAT16, "bf16": BFLOAT16}
+
+# fc_causal_alignment
+CAUSAL_TOP_LEFT = 0
+CAUSAL_BOTTOM_RIGHT = 1
+ALIGNMENTS = {"top_left": CAUSAL_TOP_LEFT, "bottom_right": CAUSAL_BOTTOM_RIGHT}
+
+# fc_kernel_family
+FAMILIES = {"auto": 0, "sm80": 80, "sm90": 90}
+
+
+class FcTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("batch_stride", ctypes.c_int64),
+        ("seq_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+    ]
+
+
+class FcTileConfig(ctypes.Structure):
+    _fields_ = [
+        ("m_block", ctypes.c_int32),
+        ("n_block", ctypes.c_int32),
+        ("num_threads", ctypes.c_int32),
+    ]
+
+    def as_tuple(self):
+        return (self.m_block, self.n_block, self.num_threads)
+
+
+# Field order and types must follow the C struct exactly; ctypes applies the same natural alignment
+# as the C compiler, and tests/test_library.py compares every offset with the header when a C
+# compiler is present.
+class FcForwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_int32),
+        ("q", FcTensor),
+        ("k", FcTensor),
+        ("v", FcTensor),
+        ("o", FcTensor),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("heads_k", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64),
+        ("softmax_lse", ctypes.c_void_p),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("causal_alignment", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_batch_stride", ctypes.c_int64),
+        ("tile", FcTileConfig),
+        ("family", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class FlashCuteError(RuntimeError):
+    """A call into libflashcute failed; `status` is the fc_status, the message fc_last_error()."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidArgumentError(FlashCuteError, ValueError):
+    """FC_ERROR_INVALID_ARGUMENT: the library rejected an argument (the message names it)."""
+
+
+class UnsupportedError(FlashCuteError, NotImplementedError):
+    """FC_ERROR_UNSUPPORTED: valid, but no compiled kernel (or this device) can run it."""
+
+
+class CudaError(FlashCuteError):
+    """FC_ERROR_CUDA: the CUDA runtime reported an error."""
+
+
+_ERRORS = {
+    ERROR_INVALID_ARGUMENT: InvalidArgumentError,
+    ERROR_UNSUPPORTED: UnsupportedError,
+    ERROR_CUDA: CudaError,
+}
+
+_lib = None
+_lock = threading.Lock()
+
+
+def library_path():
+    """FLASHCUTE_LIB if set, else the copy the wheel carries in flashcute/lib/."""
+    override = os.environ.get("FLASHCUTE_LIB")
+    if override:
+        return pathlib.Path(override)
+    return pathlib.Path(__file__).resolve().parent / "lib" / "libflashcute.so"
+
+
+def load():
+    """The loaded library (loaded once, on first use, so `import flashcute` never needs it)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            if not path.is_file():
+                raise OSError(
+                    f"libflashcute.so not found at {path}: install a wheel that carries it "
+                    "(pip install ./python) or set FLASHCUTE_LIB=/path/to/libflashcute.so"
+                )
+            lib = ctypes.CDLL(str(path))
+            lib.fc_forward_args_init.argtypes = [ctypes.POINTER(FcForwardArgs)]
+            lib.fc_forward_args_init.restype = None
+            lib.fc_forward.argtypes = [ctypes.POINTER(FcForwardArgs)]
+            lib.fc_forward.restype = ctypes.c_int
+            lib.fc_last_error.argtypes = []
+            lib.fc_last_error.restype = ctypes.c_char_p
+            lib.fc_compiled_tile_configs.argtypes = [
+                ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
+                ctypes.POINTER(FcTileConfig), ctypes.c_int32,
+            ]
+            lib.fc_compiled_tile_configs.restype = ctypes.c_int32
+            lib.fc_default_tile_config.argtypes = [
+                ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(FcTileConfig),
+            ]
+            lib.fc_default_tile_config.restype = ctypes.c_int
+            _lib = lib
+    return _lib
+
+
+def _raise_for(status):
+    if status == OK:
+        return
+    message = load().fc_last_error().decode("utf-8", "replace")
+    raise _ERRORS.get(status, FlashCuteError)(status, f"flashcute: {message} (fc_status {status})")
+
+
+def new_args():
+    """An fc_forward_args filled with the library's defaults."""
+    args = FcForwardArgs()
+    load().fc_forward_args_init(ctypes.byref(args))
+    return args
+
+
+def forward(args):
+    """Calls fc_forward; a non-zero status becomes an exception carrying fc_last_error()."""
+    _raise_for(load().fc_forward(ctypes.byref(args)))
+
+
+def compiled_tile_configs(family, dtype, head_dim):
+    """The (m_block, n_block, num_threads) configurations compiled in for a family.
+
+    family: "auto", "sm80" or "sm90"; dtype: "fp16" or "bf16".
+    """
+    fam, code = FAMILIES[family], DTYPE_CODES[dtype]
+    lib = load()
+    capacity = 64
+    while True:
+        out = (FcTileConfig * capacity)()
+        count = lib.fc_compiled_tile_configs(fam, code, head_dim, out, capacity)
+        if count <= capacity:
+            return [out[i].as_tuple() for i in range(max(count, 0))]
+        capacity = count
+
+
+def default_tile_config(family, dtype, head_dim):
+    """The configuration the automatic choice takes for (family, dtype, head_dim)."""
+    out = FcTileConfig()
+    _raise_for(load().fc_default_tile_config(
+        FAMILIES[family], DTYPE_CODES[dtype], head_dim, ctypes.byref(out)))
+    return out.as_tuple()

@@ -1,0 +1,30 @@
+"""Shared setup: find the flashcute package and library; keep JAX from taking the whole GPU."""
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+# JAX preallocates most of the GPU by default, which would starve torch and CuPy in this process.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+try:
+    import flashcute  # noqa: F401  (an installed wheel, carrying its library)
+except ImportError:
+    sys.path.insert(0, str(REPO / "python"))  # the source tree; the library then comes from FLASHCUTE_LIB
+
+
+@pytest.fixture(scope="session")
+def library():
+    """The loaded libflashcute; a skip when none is found, a failure when FLASHCUTE_REQUIRE_LIB=1."""
+    from flashcute import _library
+
+    try:
+        return _library.load()
+    except OSError as error:
+        if os.environ.get("FLASHCUTE_REQUIRE_LIB") == "1":
+            pytest.fail(str(error))
+        pytest.skip(str(error))

@@ -1,0 +1,400 @@
+"""CPU-only tests (no torch, no GPU): argument checks, DLPack parsing, the C struct and the library.
+
+The fake CUDA arrays below are DLPack producers whose capsules describe memory that is never
+touched: every check under test runs before the library (or any allocation) is reached.
+"""
+
+import ctypes
+import math
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import flashcute
+from flashcute import _checks, _dlpack, _library
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HEADER = REPO / "include" / "flashcute" / "flashcute.h"
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_new.restype = ctypes.py_object
+
+FP16, BF16, FP32, INT32 = (2, 16), (4, 16), (2, 32), (0, 32)
+
+
+class FakeCudaArray:
+    """A DLPack producer for a CUDA array that does not exist (only its metadata is read)."""
+
+    def __init__(self, shape, strides=None, dtype=BF16, ptr=0x7F0000000000, device=(2, 0)):
+        self.shape = tuple(shape)
+        self.device = device
+        self._shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        self._strides = None
+        if strides is not None:
+            self._strides = (ctypes.c_int64 * max(len(shape), 1))(*strides)
+        self._managed = _dlpack.DLManagedTensor()
+        t = self._managed.dl_tensor
+        t.data = ptr
+        t.device = _dlpack.DLDevice(*device)
+        t.ndim = len(shape)
+        t.dtype = _dlpack.DLDataType(dtype[0], dtype[1], 1)
+        t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
+        if self._strides is not None:
+            t.strides = ctypes.cast(self._strides, ctypes.POINTER(ctypes.c_int64))
+        t.byte_offset = 0
+        self.stream_seen = "not called"
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None):
+        self.stream_seen = stream
+        return _capsule_new(ctypes.addressof(self._managed), b"dltensor", None)
+
+
+def desc(array, name):
+    return _dlpack.read_capsule(array.__dlpack__(), name)
+
+
+def dense(b=2, sq=64, sk=96, h=8, hk=2, d=64, dtype=BF16, **overrides):
+    arrays = {
+        "q": FakeCudaArray((b, sq, h, d), dtype=dtype),
+        "k": FakeCudaArray((b, sk, hk, d), dtype=dtype),
+        "v": FakeCudaArray((b, sk, hk, d), dtype=dtype),
+    }
+    arrays.update(overrides)
+    return {name: desc(a, name) for name, a in arrays.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# DLPack parsing, checked against NumPy's own view of the same memory.
+
+@pytest.mark.parametrize("seed", range(6))
+def test_read_capsule_matches_numpy(seed):
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(x) for x in rng.integers(1, 7, size=rng.integers(1, 5)))
+    dtype = [np.float16, np.float32, np.int32, np.float64][seed % 4]
+    base = rng.standard_normal(tuple(2 * n + 1 for n in shape)).astype(dtype)
+    # A strided, offset view: start, step and (when 2-D or more) transposition vary.
+    view = base[tuple(slice(int(rng.integers(0, 2)), None, int(rng.integers(1, 3))) for _ in shape)]
+    if view.ndim >= 2 and seed % 2:
+        view = view.swapaxes(0, -1)
+    t = _dlpack.read_capsule(view.__dlpack__(), "x")
+    assert t.shape == view.shape
+    assert t.strides == tuple(s // view.itemsize for s in view.strides)
+    assert t.ptr == view.ctypes.data
+    assert t.device == ("cpu", 0)
+    expected = {np.float16: "fp16", np.float32: "fp32", np.int32: "int32", np.float64: "float64"}
+    assert t.dtype == expected[dtype]
+
+
+def test_read_capsule_null_strides_mean_row_major():
+    t = desc(FakeCudaArray((3, 5, 7, 8)), "q")
+    assert t.strides == (280, 56, 8, 1)
+    assert t.device == ("cuda", 0)
+    assert t.dtype == "bf16"
+
+
+def test_read_capsule_refuses_other_objects():
+    with pytest.raises(TypeError, match="capsule"):
+        _dlpack.read_capsule(object(), "q")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks before the library: each bad argument gets ValueError/TypeError naming it.
+
+def test_valid_dense_problem():
+    t = dense()
+    p = _checks.check_dense(t["q"], t["k"], t["v"])
+    assert (p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_k, p.head_dim) == (2, 64, 96, 8, 2, 64)
+    assert p.out_shape() == (2, 64, 8, 64)
+    assert p.lse_shape() == (2, 8, 64)
+
+
+BAD_DENSE = [
+    # (overrides, exception, words the message must contain)
+    ({"q": FakeCudaArray((2, 64, 8, 64), device=(1, 0))}, ValueError, "q must be on a CUDA device"),
+    ({"v": FakeCudaArray((2, 96, 2, 64), dtype=FP32)}, TypeError, "v has dtype fp32"),
+    ({"q": FakeCudaArray((2, 64, 8, 64), dtype=INT32)}, TypeError, "q has dtype int32"),
+    ({"k": FakeCudaArray((2, 96, 2, 64), dtype=FP16)}, TypeError, "k has dtype fp16 but q has bf16"),
+    ({"q": FakeCudaArray((2, 64, 512))}, ValueError, "q must have 4 dimensions"),
+    ({"k": FakeCudaArray((2, 96, 2, 64), device=(2, 1))}, ValueError, "k is on cuda:1"),
+    ({"v": FakeCudaArray((2, 95, 2, 64))}, ValueError, "v has shape"),
+    ({"k": FakeCudaArray((2, 96, 2, 32)), "v": FakeCudaArray((2, 96, 2, 32))}, ValueError,
+     "k has head_dim 32"),
+    ({"k": FakeCudaArray((2, 96, 3, 64)), "v": FakeCudaArray((2, 96, 3, 64))}, ValueError,
+     "heads of q (8) must be a positive multiple of heads of k/v (3)"),
+    ({"k": FakeCudaArray((3, 96, 2, 64)), "v": FakeCudaArray((3, 96, 2, 64))}, ValueError,
+     "k has batch 3"),
+    # head_dim: not a multiple of 8, and too large.
+    ({"q": FakeCudaArray((2, 64, 8, 60)), "k": FakeCudaArray((2, 96, 2, 60)),
+      "v": FakeCudaArray((2, 96, 2, 60))}, ValueError, "head_dim 60"),
+    ({"q": FakeCudaArray((2, 64, 8, 264)), "k": FakeCudaArray((2, 96, 2, 264)),
+      "v": FakeCudaArray((2, 96, 2, 264))}, ValueError, "head_dim 264"),
+    # Layout: a strided last dim, and a row stride that breaks 16-byte alignment.
+    ({"q": FakeCudaArray((2, 64, 8, 64), strides=(64 * 8 * 128, 8 * 128, 128, 2))}, ValueError,
+     "q must have a contiguous last dimension"),
+    ({"k": FakeCudaArray((2, 96, 2, 64), strides=(96 * 2 * 68, 2 * 68, 68, 1))}, ValueError,
+     "k: stride 68 of dim 2"),
+]
+
+
+@pytest.mark.parametrize("overrides, error, words", BAD_DENSE)
+def test_bad_dense_arguments(overrides, error, words):
+    t = dense(**overrides)
+    with pytest.raises(error) as info:
+        _checks.check_dense(t["q"], t["k"], t["v"])
+    assert words in str(info.value)
+
+
+def test_extent_one_dims_ignore_their_strides():
+    # A size-1 batch or head dim is never stepped over, so its stride may be anything.
+    q = FakeCudaArray((1, 64, 1, 64), strides=(3, 64, 5, 1))
+    t = dense(b=1, h=1, hk=1, q=q)
+    _checks.check_dense(t["q"], t["k"], t["v"])
+    args_q = _checks._fc_tensor(t["q"], varlen=False)
+    assert (args_q.batch_stride, args_q.seq_stride, args_q.head_stride) == (0, 64, 0)
+
+
+@pytest.mark.parametrize("offset_bytes, ok", [(0, True), (16, True), (8, False), (2, False)])
+def test_pointer_alignment(offset_bytes, ok):
+    q = desc(FakeCudaArray((2, 64, 8, 64), ptr=0x7F0000000000 + offset_bytes), "q")
+    if ok:
+        _checks.check_pointers([q])
+    else:
+        with pytest.raises(ValueError, match="q: data pointer .* is not 16-byte aligned"):
+            _checks.check_pointers([q])
+
+
+def varlen_descs(total_q=100, total_k=120, h=4, hk=4, d=128, batch=3, cu_dtype=INT32,
+                 cu_device=(2, 0), cu_k_entries=None):
+    q = desc(FakeCudaArray((total_q, h, d)), "q")
+    k = desc(FakeCudaArray((total_k, hk, d)), "k")
+    v = desc(FakeCudaArray((total_k, hk, d)), "v")
+    cq = desc(FakeCudaArray((batch + 1,), dtype=cu_dtype, device=cu_device), "cu_seqlens_q")
+    ck = desc(FakeCudaArray((cu_k_entries or batch + 1,), dtype=INT32), "cu_seqlens_k")
+    return q, k, v, cq, ck
+
+
+def test_valid_varlen_problem():
+    p = _checks.check_varlen(*varlen_descs(), 50, 70)
+    assert (p.batch, p.seqlen_q, p.seqlen_k, p.total_q) == (3, 50, 70, 100)
+    assert p.out_shape() == (100, 4, 128)
+    assert p.lse_shape() == (4, 100)
+
+
+@pytest.mark.parametrize("kwargs, max_q, error, words", [
+    ({"cu_dtype": (0, 64)}, 50, TypeError, "cu_seqlens_q must have dtype int32"),
+    ({"cu_device": (1, 0)}, 50, ValueError, "cu_seqlens_q is on cpu:0"),
+    ({"cu_k_entries": 3}, 50, ValueError, "cu_seqlens_k has 3 entries"),
+    ({}, -1, ValueError, "max_seqlen_q"),
+    ({}, 5.0, ValueError, "max_seqlen_q"),
+])
+def test_bad_varlen_arguments(kwargs, max_q, error, words):
+    with pytest.raises(error) as info:
+        _checks.check_varlen(*varlen_descs(**kwargs), max_q, 70)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("alibi, error, words", [
+    (FakeCudaArray((8,), dtype=FP32), None, None),
+    (FakeCudaArray((2, 8), dtype=FP32), None, None),
+    (FakeCudaArray((8,), dtype=BF16), TypeError, "alibi_slopes must have dtype float32"),
+    (FakeCudaArray((4,), dtype=FP32), ValueError, "alibi_slopes must have shape (8,) or (2, 8)"),
+    (FakeCudaArray((8,), dtype=FP32, device=(2, 3)), ValueError, "alibi_slopes is on cuda:3"),
+])
+def test_alibi_checks(alibi, error, words):
+    t = dense()
+    p = _checks.check_dense(t["q"], t["k"], t["v"])
+    a = desc(alibi, "alibi_slopes")
+    if error is None:
+        _checks.check_alibi(a, p)
+    else:
+        with pytest.raises(error) as info:
+            _checks.check_alibi(a, p)
+        assert words in str(info.value)
+
+
+def _problem(d=64):
+    t = dense(d=d)
+    return _checks.check_dense(t["q"], t["k"], t["v"])
+
+
+@pytest.mark.parametrize("d", [8, 64, 200])
+def test_default_softmax_scale(d):
+    o = _checks.check_options(_problem(d), None, False, "bottom_right", (-1, -1), 0.0, "auto", None)
+    assert o.softmax_scale == pytest.approx(1.0 / math.sqrt(d))
+    assert (o.window_left, o.window_right, o.causal_alignment, o.family, o.tile) == (
+        -1, -1, _library.CAUSAL_BOTTOM_RIGHT, 0, (0, 0, 0))
+
+
+def test_options_pass_through():
+    o = _checks.check_options(_problem(), -0.3, True, "top_left", (np.int64(5), 0), 2.5, "sm90",
+                              (128, 64, 256))
+    assert o.softmax_scale == pytest.approx(-0.3)
+    assert (o.causal, o.causal_alignment, o.window_left, o.window_right) == (
+        True, _library.CAUSAL_TOP_LEFT, 5, 0)
+    assert (o.softcap, o.family, o.tile) == (2.5, 90, (128, 64, 256))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"softmax_scale": float("nan")}, "softmax_scale"),
+    ({"window_size": (-2, 0)}, "window_size[0]"),
+    ({"window_size": (0, 1.5)}, "window_size[1]"),
+    ({"window_size": 4}, "window_size must be a pair"),
+    ({"softcap": -1.0}, "softcap"),
+    ({"causal_alignment": "centre"}, "causal_alignment"),
+    ({"family": "sm100"}, "family"),
+    ({"tile": (128, 0, 128)}, "tile"),
+])
+def test_bad_options(kwargs, words):
+    options = dict(softmax_scale=None, causal=False, causal_alignment="bottom_right",
+                   window_size=(-1, -1), softcap=0.0, family="auto", tile=None)
+    options.update(kwargs)
+    with pytest.raises(ValueError) as info:
+        _checks.check_options(_problem(), *options.values())
+    assert words in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The public functions, with inputs that fail before any framework or device is needed.
+
+def test_dropout_is_not_implemented():
+    q = np.zeros((1, 8, 2, 64), np.float16)
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        flashcute.flash_attn_func(q, q, q, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        flashcute.flash_attn_varlen_func(q[0], q[0], q[0], None, None, 8, 8, dropout_p=0.5)
+
+
+def test_block_table_is_not_implemented():
+    q = np.zeros((8, 2, 64), np.float16)
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flashcute.flash_attn_varlen_func(q, q, q, q, q, 8, 8, block_table=q)
+
+
+def test_numpy_arrays_are_refused_as_not_on_cuda():
+    q = np.zeros((1, 8, 2, 64), np.float16)
+    with pytest.raises(ValueError, match="q must be on a CUDA device, got cpu:0"):
+        flashcute.flash_attn_func(q, q, q)
+
+
+def test_non_arrays_are_refused():
+    q = FakeCudaArray((1, 8, 2, 64))
+    with pytest.raises(TypeError, match="k must be a torch.Tensor or an array with __dlpack__"):
+        flashcute.flash_attn_func(q, [[1.0]], q)
+
+
+def test_devices_are_checked_before_any_capsule_is_taken():
+    q = FakeCudaArray((1, 8, 2, 64))
+    k = FakeCudaArray((1, 8, 2, 64), device=(2, 1))
+    with pytest.raises(ValueError, match="k is on cuda:1 but q is on cuda:0"):
+        flashcute.flash_attn_func(q, k, q)
+    assert q.stream_seen == "not called" and k.stream_seen == "not called"
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, flashcute; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO / "python")
+
+
+def test_signatures_match_flash_attention():
+    import inspect
+
+    def params(f):
+        return [(p.name, p.default) for p in inspect.signature(f).parameters.values()]
+
+    empty = inspect.Parameter.empty
+    common = [("dropout_p", 0.0), ("softmax_scale", None), ("causal", False),
+              ("window_size", (-1, -1)), ("softcap", 0.0), ("alibi_slopes", None),
+              ("deterministic", False), ("return_attn_probs", False)]
+    assert params(flashcute.flash_attn_func) == [("q", empty), ("k", empty), ("v", empty)] + common
+    assert params(flashcute.flash_attn_varlen_func) == (
+        [(n, empty) for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                              "max_seqlen_k")] + common + [("block_table", None)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The C struct against the header, and the library itself (it validates without a GPU).
+
+def test_struct_layout_matches_header(tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None or not HEADER.is_file():
+        pytest.skip("needs a C compiler and the repository's include/flashcute/flashcute.h")
+    fields = [name for name, _ in _library.FcForwardArgs._fields_]
+    lines = [f'printf("{n} %zu\\n", offsetof(fc_forward_args, {n}));' for n in fields]
+    lines.append('printf("sizeof %zu\\n", sizeof(fc_forward_args));')
+    source = tmp_path / "layout.c"
+    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"flashcute/flashcute.h\"\n"
+                      "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
+    exe = tmp_path / "layout"
+    subprocess.run([compiler, f"-I{HEADER.parent.parent}", str(source), "-o", str(exe)], check=True)
+    c_layout = dict(line.split() for line in subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
+    for name in fields:
+        assert int(c_layout[name]) == getattr(_library.FcForwardArgs, name).offset, name
+    assert int(c_layout["sizeof"]) == ctypes.sizeof(_library.FcForwardArgs)
+    assert f"#define FC_ABI_VERSION {_library.ABI_VERSION}" in HEADER.read_text()
+
+
+def test_args_init_defaults(library):
+    args = _library.new_args()
+    assert args.abi_version == _library.ABI_VERSION
+    assert (args.window_left, args.window_right) == (-1, -1)
+    assert args.causal_alignment == _library.CAUSAL_BOTTOM_RIGHT
+    assert args.family == 0 and args.tile.as_tuple() == (0, 0, 0)
+    assert not args.softmax_lse and not args.cu_seqlens_q and not args.stream
+
+
+def _library_args(**fields):
+    args = _library.new_args()
+    args.dtype = _library.BFLOAT16
+    args.batch, args.seqlen_q, args.seqlen_k, args.heads, args.heads_k, args.head_dim = 2, 16, 16, 4, 4, 64
+    args.softmax_scale = 0.125
+    for name, value in fields.items():
+        setattr(args, name, value)
+    return args
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({}, "q"),  # every data pointer is null
+    ({"head_dim": 60}, "head_dim"),
+    ({"heads_k": 3}, "heads_k"),
+    ({"abi_version": 99}, "abi_version"),
+    ({"dtype": 7}, "dtype"),
+    ({"window_left": -5}, "window_left"),
+])
+def test_library_rejects_invalid_arguments(library, fields, words):
+    with pytest.raises(flashcute.InvalidArgumentError) as info:
+        _library.forward(_library_args(**fields))
+    assert isinstance(info.value, ValueError)
+    assert info.value.status == _library.ERROR_INVALID_ARGUMENT
+    assert words in str(info.value)
+    assert library.fc_last_error().decode() in str(info.value)
+
+
+@pytest.mark.parametrize("empty", ["batch", "seqlen_q"])
+def test_library_empty_problem_is_a_no_op(library, empty):
+    # Nothing to compute: success without a device or any pointer.
+    _library.forward(_library_args(**{empty: 0}))
+
+
+def test_compiled_tile_configs_are_consistent(library):
+    found = 0
+    for family in ("sm80", "sm90"):
+        for dtype in ("fp16", "bf16"):
+            for head_dim in (32, 64, 128, 256):
+                tiles = flashcute.compiled_tile_configs(family, dtype, head_dim)
+                assert all(len(t) == 3 and min(t) > 0 for t in tiles)
+                if tiles:
+                    found += 1
+                    assert flashcute.default_tile_config(family, dtype, head_dim) in tiles
+                else:
+                    with pytest.raises(flashcute.UnsupportedError):
+                        flashcute.default_tile_config(family, dtype, head_dim)
+    assert found > 0, "the library has no kernel at all"
