@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sysconfig
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 try:
@@ -87,15 +87,19 @@ class BuildPyWithLibrary(build_py):
         os.chmod(target, 0o755)
 
 
+class NativeDistribution(Distribution):
+    """Installs into platlib, as a package with a native library must."""
+
+    def has_ext_modules(self):
+        return True
+
+
 class PlatformWheel(bdist_wheel):
     """py3-none-<platform>: the wheel carries a native library but no Python extension."""
-
-    def finalize_options(self):
-        super().finalize_options()
-        self.root_is_pure = False
 
     def get_tag(self):
         return "py3", "none", sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-setup(cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel})
+setup(distclass=NativeDistribution,
+      cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel})

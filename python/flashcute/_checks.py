@@ -192,10 +192,12 @@ def check_alibi(alibi, problem):
 def check_options(problem, softmax_scale, causal, causal_alignment, window_size, softcap, family,
                   tile):
     if softmax_scale is None:
+        # Not checked for finiteness: under torch.compile a dynamic head_dim makes it symbolic.
         softmax_scale = 1.0 / math.sqrt(problem.head_dim)
-    softmax_scale = float(softmax_scale)
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    else:
+        softmax_scale = float(softmax_scale)
+        if not math.isfinite(softmax_scale):
+            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
     try:
         left, right = window_size
     except (TypeError, ValueError):

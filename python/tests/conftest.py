@@ -2,12 +2,15 @@
 
 import os
 import pathlib
+import random
 import sys
 
 import pytest
 
 # JAX preallocates most of the GPU by default, which would starve torch and CuPy in this process.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# Fresh random data each run; the header prints the seed so a failure can be replayed.
+os.environ.setdefault("FLASHCUTE_TEST_SEED", str(random.randrange(2 ** 31)))
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -28,3 +31,7 @@ def library():
         if os.environ.get("FLASHCUTE_REQUIRE_LIB") == "1":
             pytest.fail(str(error))
         pytest.skip(str(error))
+
+
+def pytest_report_header(config):
+    return f"flashcute test data seed: FLASHCUTE_TEST_SEED={os.environ['FLASHCUTE_TEST_SEED']}"

@@ -398,3 +398,22 @@ def test_compiled_tile_configs_are_consistent(library):
                     with pytest.raises(flashcute.UnsupportedError):
                         flashcute.default_tile_config(family, dtype, head_dim)
     assert found > 0, "the library has no kernel at all"
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU suite's case selection: every pair of values of two lists appears in some case.
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pairwise_covers_every_pair(seed):
+    import itertools
+    import random
+
+    from pairwise_cases import pairwise
+
+    rng = random.Random(seed)
+    factors = {f"f{i}": list(range(rng.randint(1, 6))) for i in range(rng.randint(2, 7))}
+    rows = pairwise(factors, seed=seed)
+    for a, b in itertools.combinations(factors, 2):
+        seen = {(row[a], row[b]) for row in rows}
+        assert seen == set(itertools.product(factors[a], factors[b])), (a, b)
+    assert len(rows) <= math.prod(len(v) for v in factors.values())

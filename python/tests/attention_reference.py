@@ -1,0 +1,98 @@
+"""An fp64 reference with FlashAttention's semantics, and the tolerances the GPU tests apply.
+
+Written from the definitions in the guide (section 7), independently of the library: scores in
+fp64, explicit masks, logsumexp from torch. Inputs are the low-precision tensors themselves, so the
+reference sees exactly the values the kernel sees.
+"""
+
+import math
+
+import torch
+
+INF = float("inf")
+# Unit roundoff of the output types: the largest relative error of one rounding.
+UNIT_ROUNDOFF = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+# Relative L2 error allowed against the reference (the guide's figures).
+REL_L2 = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# A tanh.approx-style softcap changes a capped score by up to ~1e-3 of the cap.
+SOFTCAP_SCORE_ERROR = 1e-3
+
+
+def attention(q, k, v, *, scale, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
+              top_left=False):
+    """(out, lse) in fp64 for dense (batch, seqlen, heads, head_dim) inputs.
+
+    lse is (batch, heads, seqlen_q), +inf for a row that sees no key; such a row's output is 0.
+    """
+    batch, sq, heads, _ = q.shape
+    sk, heads_k = k.shape[1], k.shape[2]
+    group = heads // heads_k
+    qd = q.double()
+    kd = k.double().repeat_interleave(group, dim=2)
+    vd = v.double().repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    diag = i if top_left else i + (sk - sq)  # the key aligned with query row i
+    if alibi is not None:
+        slopes = alibi.double().reshape(-1, heads)[:, :, None, None]  # (batch or 1, heads, 1, 1)
+        s = s - slopes * (diag - j).abs()
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        keep &= j <= diag
+    if window[0] >= 0:
+        keep &= j >= diag - window[0]
+    if window[1] >= 0:
+        keep &= j <= diag + window[1]
+    s = s.masked_fill(~keep, -INF)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(nan=0.0)  # a row with no key: exp(-inf + inf)
+    out = torch.einsum("bhqk,bkhd->bqhd", p, vd)
+    lse = torch.where(torch.isneginf(lse), torch.full_like(lse, INF), lse)
+    return out, lse
+
+
+def assert_close(out, ref, v, dtype, softcap=0.0, what=""):
+    """Relative L2 error and a max-error bound derived from where the kernel must round.
+
+    The kernel rounds the unnormalised probabilities to the input type before P @ V (an error of
+    at most u * max|v| per output element) and rounds the output (u * |out|); we allow four and
+    two times those.
+    """
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype}"
+    o = out.double()
+    assert torch.isfinite(o).all(), f"{what}: non-finite output"
+    u = UNIT_ROUNDOFF[dtype]
+    vmax = v.double().abs().max().item() if v.numel() else 0.0
+    rmax = ref.abs().max().item() if ref.numel() else 0.0
+    score_error = SOFTCAP_SCORE_ERROR * softcap
+    err = (o - ref).abs()
+    max_err = err.max().item() if err.numel() else 0.0
+    bound = (4 * u + 2 * score_error) * vmax + 2 * u * rmax
+    assert max_err <= bound, f"{what}: max error {max_err:.3g} > bound {bound:.3g}"
+    ref_norm = ref.norm().item()
+    if ref_norm > 0:
+        rel = (o - ref).norm().item() / ref_norm
+        limit = REL_L2[dtype] + score_error
+        assert rel <= limit, f"{what}: relative L2 error {rel:.3g} > {limit:.3g}"
+
+
+def assert_lse_close(lse, ref, softcap=0.0, what=""):
+    assert lse.dtype == torch.float32, f"{what}: lse dtype {lse.dtype}"
+    assert lse.shape == ref.shape, f"{what}: lse shape {tuple(lse.shape)} != {tuple(ref.shape)}"
+    lse = lse.double()
+    no_key = torch.isinf(ref)
+    assert torch.equal(torch.isposinf(lse), no_key), f"{what}: +inf rows differ"
+    assert not torch.isnan(lse).any(), f"{what}: NaN in lse"
+    seen = ~no_key
+    if seen.any():
+        err = (lse[seen] - ref[seen]).abs()
+        tol = (5e-4 + SOFTCAP_SCORE_ERROR * softcap) * (1 + ref[seen].abs())
+        worst = (err - tol).max().item()
+        assert worst <= 0, f"{what}: lse error exceeds tolerance by {worst:.3g}"
+
+
+def default_scale(head_dim):
+    return 1.0 / math.sqrt(head_dim)
