@@ -1,0 +1,173 @@
+// Each feature of the C API against the reference on every kernel: LSE, GQA/MQA, strided views,
+// variable length, local windows, softcap, ALiBi, and their combinations. A forced family may
+// refuse a feature with FC_ERROR_UNSUPPORTED (printed as a note); the automatic choice never may.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "gpu_harness.hpp"
+
+namespace flashcute {
+namespace testing {
+namespace {
+
+constexpr bool kAllowUnsupported = true;
+
+std::vector<float> random_slopes(size_t n) {
+  std::mt19937 rng(uint32_t(ref::fresh_seed()));
+  std::uniform_real_distribution<float> slope(0.01f, 1.0f);
+  std::vector<float> s(n);
+  for (float& x : s) x = slope(rng);
+  return s;
+}
+
+// Variable-length offsets from per-sequence lengths; seqlen_q/k become the maxima.
+void set_varlen(ref::Problem& p, const std::vector<int>& q_lengths,
+                const std::vector<int>& k_lengths) {
+  p.batch = int(q_lengths.size());
+  p.cu_seqlens_q = {0};
+  p.cu_seqlens_k = {0};
+  p.seqlen_q = p.seqlen_k = 0;
+  for (size_t b = 0; b < q_lengths.size(); ++b) {
+    p.cu_seqlens_q.push_back(p.cu_seqlens_q.back() + q_lengths[b]);
+    p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + k_lengths[b]);
+    p.seqlen_q = std::max(p.seqlen_q, q_lengths[b]);
+    p.seqlen_k = std::max(p.seqlen_k, k_lengths[b]);
+  }
+}
+
+TEST(Features, LseIsOptional) {
+  FC_REQUIRE_GPU();
+  for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16}) {
+    Case c;
+    c.dtype = dtype;
+    c.problem = dense_problem(2, 300, 257, 4, 4, 64);
+    c.lse = false;  // the LSE buffer must then stay untouched
+    check_case(c);
+    c.lse = true;
+    c.problem.causal = true;
+    check_case(c);
+  }
+}
+
+TEST(Features, GroupedAndMultiQueryAttention) {
+  FC_REQUIRE_GPU();
+  for (int heads_k : {4, 2, 1}) {
+    Case c;
+    c.dtype = heads_k == 2 ? FC_FLOAT16 : FC_BFLOAT16;
+    c.problem = dense_problem(2, 190, 333, 8, heads_k, 128);
+    c.problem.causal = heads_k != 4;
+    c.problem.bottom_right = heads_k == 1;
+    check_case(c);
+  }
+}
+
+TEST(Features, StridedViews) {
+  FC_REQUIRE_GPU();
+  for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16}) {
+    Case c;
+    c.dtype = dtype;
+    c.problem = dense_problem(2, 257, 257, 4, 2, 96);
+    c.placement = Placement::kQkvPacked;
+    check_case(c);
+    c.problem = dense_problem(3, 100, 517, 4, 4, 64);
+    c.problem.causal = true;
+    c.problem.bottom_right = true;
+    c.placement = Placement::kHeadMajor;
+    check_case(c);
+  }
+}
+
+TEST(Features, VariableLengthWithEmptySequences) {
+  FC_REQUIRE_GPU();
+  for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16})
+    for (int mask = 0; mask < 3; ++mask) {
+      Case c;
+      c.dtype = dtype;
+      c.problem = dense_problem(1, 0, 0, 4, 4, 64);
+      set_varlen(c.problem, {0, 37, 129, 1, 0, 300, 64}, {5, 0, 200, 128, 0, 250, 64});
+      c.problem.causal = mask > 0;
+      c.problem.bottom_right = mask == 2;
+      check_case(c, kAllowUnsupported);
+    }
+  Case packed;  // varlen through a packed QKV tensor and a head-major one
+  packed.problem = dense_problem(1, 0, 0, 2, 2, 128);
+  set_varlen(packed.problem, {17, 0, 260}, {17, 0, 260});
+  packed.placement = Placement::kQkvPacked;
+  check_case(packed, kAllowUnsupported);
+  packed.placement = Placement::kHeadMajor;
+  check_case(packed, kAllowUnsupported);
+}
+
+TEST(Features, LocalWindowsBothAlignments) {
+  FC_REQUIRE_GPU();
+  const std::vector<std::pair<int, int>> windows = {{0, 0}, {16, -1}, {-1, 16}, {37, 5}, {128, 0}};
+  for (bool bottom_right : {false, true})
+    for (auto [sq, sk] : {std::pair{300, 700}, std::pair{700, 300}})
+      for (auto [left, right] : windows) {
+        Case c;
+        c.dtype = bottom_right ? FC_BFLOAT16 : FC_FLOAT16;
+        c.problem = dense_problem(2, sq, sk, 2, 2, 64);
+        c.problem.bottom_right = bottom_right;
+        c.problem.window_left = left;
+        c.problem.window_right = right;
+        c.problem.causal = right == 0 && left == 128;  // causal with a left window
+        check_case(c, kAllowUnsupported);
+      }
+}
+
+TEST(Features, Softcap) {
+  FC_REQUIRE_GPU();
+  for (float softcap : {1.0f, 30.0f}) {
+    Case c;
+    c.dtype = softcap > 1 ? FC_BFLOAT16 : FC_FLOAT16;
+    c.problem = dense_problem(2, 200, 333, 4, 4, 128);
+    c.problem.softcap = softcap;
+    c.data = Data::kScaledUp;
+    check_case(c, kAllowUnsupported);
+    c.problem.causal = true;
+    check_case(c, kAllowUnsupported);
+  }
+}
+
+TEST(Features, AlibiPerHeadAndPerBatchHead) {
+  FC_REQUIRE_GPU();
+  for (bool per_batch : {false, true})
+    for (bool bottom_right : {false, true}) {
+      Case c;
+      c.dtype = per_batch ? FC_FLOAT16 : FC_BFLOAT16;
+      c.problem = dense_problem(3, 150, 400, 4, 2, 64);
+      c.problem.bottom_right = bottom_right;
+      c.problem.causal = bottom_right;
+      c.problem.alibi_slopes = random_slopes(per_batch ? 3 * 4 : 4);
+      c.problem.alibi_batch_stride = per_batch ? 4 : 0;
+      check_case(c, kAllowUnsupported);
+    }
+}
+
+TEST(Features, Combinations) {
+  FC_REQUIRE_GPU();
+  for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16})
+    for (bool bottom_right : {false, true}) {
+      Case c;  // GQA + varlen + causal + window
+      c.dtype = dtype;
+      c.problem = dense_problem(1, 0, 0, 8, 2, 128);
+      set_varlen(c.problem, {100, 0, 513, 64}, {300, 10, 256, 0});
+      c.problem.causal = true;
+      c.problem.bottom_right = bottom_right;
+      c.problem.window_left = 50;
+      check_case(c, kAllowUnsupported);
+      // ... plus ALiBi per batch-head, softcap, a negative scale and head-major tensors.
+      c.problem.alibi_slopes = random_slopes(4 * 8);
+      c.problem.alibi_batch_stride = 8;
+      c.problem.softcap = 10.0f;
+      c.problem.softmax_scale = -0.2f;
+      c.placement = Placement::kHeadMajor;
+      check_case(c, kAllowUnsupported);
+    }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace flashcute
