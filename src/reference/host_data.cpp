@@ -30,7 +30,7 @@ float draw(InputMode mode, uint64_t seed, size_t index) {
   // Box-Muller transform of two uniforms.
   const double normal =
       std::sqrt(-2.0 * std::log(uniform(r1))) * std::cos(6.283185307179586 * uniform(r2));
-  return float(mode == InputMode::kScaledUp ? 4.0 * normal : normal);
+  return float(mode == InputMode::kScaledUp ? 6.0 * normal : normal);
 }
 
 }  // namespace

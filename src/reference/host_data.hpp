@@ -17,7 +17,7 @@ std::vector<float> from_bits(const std::vector<uint16_t>& bits, fc_dtype dtype);
 
 enum class InputMode {
   kNormal,    // N(0, 1)
-  kScaledUp,  // N(0, 4^2): with the usual scales, scores reach the hundreds
+  kScaledUp,  // N(0, 6^2): with scale 1/sqrt(head_dim), scores have std 36 and reach the hundreds
   kInteger,   // uniform over {-2, -1, 0, 1}, the seed's data
 };
 

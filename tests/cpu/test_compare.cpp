@@ -96,7 +96,7 @@ TEST(Compare, ZeroReferenceNeedsExactZeros) {
 
 TEST(Compare, LseInfinityAndNan) {
   const std::vector<double> r = {1.5, INFINITY, -300.0, 20.0};
-  std::vector<float> out = {1.5004f, INFINITY, -300.2f, 20.0f};
+  std::vector<float> out = {1.5004f, INFINITY, -300.05f, 20.0f};
   EXPECT_TRUE(compare_lse(out.data(), r.data(), r.size()).pass);
   out[1] = 0.0f;  // a row that sees no key must say +inf
   EXPECT_FALSE(compare_lse(out.data(), r.data(), r.size()).pass);
@@ -121,7 +121,7 @@ TEST(HostData, RandomInputsHaveTheModesStatistics) {
   const size_t n = 200000;
   const uint64_t seed = ref::fresh_seed();
   for (auto [mode, sigma] :
-       {std::pair{ref::InputMode::kNormal, 1.0}, std::pair{ref::InputMode::kScaledUp, 4.0}}) {
+       {std::pair{ref::InputMode::kNormal, 1.0}, std::pair{ref::InputMode::kScaledUp, 6.0}}) {
     const std::vector<float> v = ref::random_inputs(n, mode, FC_BFLOAT16, seed);
     double sum = 0, sum2 = 0;
     for (float x : v) {

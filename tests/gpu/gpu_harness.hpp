@@ -43,7 +43,7 @@ class DeviceBuffer {
 // as slices of one packed (B, S, H + 2 Hk, D) tensor with O's rows and heads padded apart.
 enum class Placement { kPacked, kHeadMajor, kQkvPacked };
 
-// The data of Q and K (V is always normal): N(0,1), N(0,4^2), or positive values in [0.5, ~1.7]
+// The data of Q and K (V is always normal): N(0,1), N(0,6^2), or positive values in [0.5, ~1.7]
 // that, with very_negative_scale(), put every scaled score below -100.
 enum class Data { kNormal, kScaledUp, kPositive };
 float very_negative_scale(int head_dim);
