@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Times flashcute against PyTorch SDPA's backends and writes bench/results/<gpu>.json.
+
+Every implementation is timed the same way, in this one process: the same input buffers each call
+(warm L2), `--warmup` calls, then the median of `--iters` calls, each between two CUDA events. A
+GPU sleep queued before the timed calls lets the CPU enqueue them all ahead of the GPU, so host
+overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch.
+
+The JSON follows GUIDE section 5. Implementations: "ours" (the library's own choice of kernel),
+"ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
+"torch_cudnn", "torch_efficient" (SDPA with that backend forced). One that cannot run a row is left
+out of it. Feature rows carry "kind": gqa, varlen, window, lse.
+
+Usage: python3 bench/bench.py [--quick] [--rows REGEX] [--out DIR_OR_FILE.json]
+The library comes from the installed flashcute wheel, or FLASHCUTE_LIB=/path/libflashcute.so with
+the package taken from this repository's python/ folder.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+
+try:
+    import flashcute
+except ImportError:
+    sys.path.insert(0, str(REPO / "python"))
+    import flashcute
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PEERS = {
+    "torch_flash": SDPBackend.FLASH_ATTENTION,
+    "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
+    "torch_efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+# Ours is checked against a peer's output before its time counts: a wrong kernel posts no number.
+CHECK_REL_L2 = 3e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+def row(b, s, h, d, causal, dtype="bf16", hk=None, **extra):
+    return dict(b=b, sq=s, sk=s, h=h, hk=hk or h, d=d, causal=causal, dtype=dtype, **extra)
+
+
+def plain_rows():
+    rows = [row(4, 8192, 16, 128, causal, dtype) for dtype in ("bf16", "fp16")
+            for causal in (False, True)]
+    for d in (64, 128, 256):
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
+            for causal in (False, True):
+                rows.append(row(16384 // s, s, 2048 // d, d, causal))
+    return rows
+
+
+VARLEN_LENGTHS = [8192, 512, 3000, 6100, 128, 4096, 7777, 1024, 2500, 5000, 300, 8000]
+WINDOWS = [(256, 0, True), (1024, 0, True), (4096, 0, True), (1024, 1024, False)]
+
+
+def feature_rows():
+    rows = []
+    for causal in (False, True):
+        # 8:1 grouped-query attention; the MHA row with the same b, s, h, d is in the sweep.
+        rows.append(row(2, 8192, 16, 128, causal, hk=2, kind="gqa"))
+    for causal in (False, True):
+        rows.append(row(len(VARLEN_LENGTHS), max(VARLEN_LENGTHS), 16, 128, causal, kind="varlen",
+                        seqlens=VARLEN_LENGTHS))
+    for left, right, causal in WINDOWS:
+        rows.append(row(1, 16384, 16, 128, causal, kind="window", window=[left, right]))
+    for causal in (False, True):
+        rows.append(row(4, 8192, 16, 128, causal, kind="lse"))
+    return rows
+
+
+def quick_rows():
+    keep = []
+    for r in plain_rows() + feature_rows():
+        seed = (r["b"], r["sq"], r["h"]) == (4, 8192, 16) and r["dtype"] == "bf16" and "kind" not in r
+        small = r["d"] == 64 and r["sq"] == 1024 and not r["causal"] and "kind" not in r
+        feature = "kind" in r and (r["kind"] != "window" or r["window"] == [1024, 0])
+        if seed or small or (feature and r["causal"]):
+            keep.append(r)
+    return keep
+
+
+def label(r):
+    extra = ""
+    if r.get("kind") == "window":
+        extra = f" w{r['window'][0]},{r['window'][1]}"
+    name = r.get("kind", "plain")
+    return (f"{name} b{r['b']} s{r['sq']} h{r['h']}/{r['hk']} d{r['d']} {r['dtype']} "
+            f"{'causal' if r['causal'] else 'full'}{extra}")
+
+
+def visible_pairs(r):
+    """Query-key pairs a row's mask keeps, per (batch, head)."""
+    s = r["sq"]
+    i = torch.arange(s, dtype=torch.int64)
+    left, right = r["window"]
+    lo = (i - left).clamp(min=0) if left >= 0 else torch.zeros_like(i)
+    hi = (i + right).clamp(max=s - 1) if right >= 0 else torch.full_like(i, s - 1)
+    if r["causal"]:
+        hi = torch.minimum(hi, i)
+    return int((hi - lo + 1).clamp(min=0).sum())
+
+
+def flops(r):
+    """GUIDE section 5: 4 b h sq sk d, halved for causal when sq == sk; windows count the pairs
+    they keep and varlen rows sum over their sequences (padding does no useful work)."""
+    kind = r.get("kind")
+    if kind == "window":
+        return 4 * r["b"] * r["h"] * r["d"] * visible_pairs(r)
+    if kind == "varlen":
+        total = sum(4 * r["h"] * n * n * r["d"] for n in r["seqlens"])
+        return total / 2 if r["causal"] else total
+    total = 4 * r["b"] * r["h"] * r["sq"] * r["sk"] * r["d"]
+    return total / 2 if r["causal"] and r["sq"] == r["sk"] else total
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+def median_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time: the CPU queues every call behind it
+    for start, end in zip(starts, ends):
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[len(times) // 2]
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+# ---------------------------------------------------------------------------------------------
+# One row
+
+def make_inputs(r, gen):
+    dtype = DTYPES[r["dtype"]]
+    shape_q = (r["b"], r["sq"], r["h"], r["d"])
+    shape_k = (r["b"], r["sk"], r["hk"], r["d"])
+    q = torch.randn(shape_q, generator=gen, device="cuda", dtype=dtype)
+    k = torch.randn(shape_k, generator=gen, device="cuda", dtype=dtype)
+    v = torch.randn(shape_k, generator=gen, device="cuda", dtype=dtype)
+    return q, k, v
+
+
+def our_callables(r, q, k, v):
+    """name -> zero-argument callable returning the output, for each family that has kernels."""
+    kind = r.get("kind")
+    window = tuple(r["window"]) if kind == "window" else (-1, -1)
+    options = dict(causal=r["causal"], window_size=window, return_lse=kind == "lse")
+    calls = {}
+    for name, family in (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90")):
+        if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
+            continue
+        calls[name] = (lambda fam: lambda: flashcute.forward(q, k, v, family=fam, **options))(family)
+    return calls
+
+
+def varlen_callables(r, q, k, v):
+    """Ours over the packed sequences; ours_padded runs the padded batch q, k, v as a dense call."""
+    lengths = r["seqlens"]
+    cu = torch.tensor([0] + lengths, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    # Pack each sequence's first n tokens from the padded buffers.
+    qp = torch.cat([q[i, :n] for i, n in enumerate(lengths)])
+    kp = torch.cat([k[i, :n] for i, n in enumerate(lengths)])
+    vp = torch.cat([v[i, :n] for i, n in enumerate(lengths)])
+    longest = max(lengths)
+    calls = {}
+    for name, family in (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90")):
+        if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
+            continue
+        calls[name] = (lambda fam: lambda: flashcute.forward(
+            qp, kp, vp, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
+            max_seqlen_k=longest, causal=r["causal"], family=fam))(family)
+    calls["ours_padded"] = lambda: flashcute.forward(q, k, v, causal=r["causal"])
+    return calls
+
+
+def peer_callable(r, q, k, v):
+    """SDPA on (B, H, S, D) views of the same buffers; windows become an explicit mask."""
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    kwargs = dict(is_causal=r["causal"])
+    if r["h"] != r["hk"]:
+        kwargs["enable_gqa"] = True
+    if r.get("kind") == "window":
+        s = r["sq"]
+        i = torch.arange(s, device="cuda")[:, None]
+        j = torch.arange(s, device="cuda")[None, :]
+        left, right = r["window"]
+        keep = torch.ones(s, s, dtype=torch.bool, device="cuda")
+        if left >= 0:
+            keep &= j >= i - left
+        if right >= 0:
+            keep &= j <= i + right
+        if r["causal"]:
+            keep &= j <= i
+        kwargs = dict(attn_mask=keep)
+    return lambda: F.scaled_dot_product_attention(qt, kt, vt, **kwargs).transpose(1, 2)
+
+
+def run_row(r, args, log):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    q, k, v = make_inputs(r, gen)
+    work = flops(r)
+    result = {}
+    peer_out = None
+    for name, backend in PEERS.items():
+        fn = peer_callable(r, q, k, v)
+        # SDPA explains a refusal in warnings and then raises "No available kernel".
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel(backend):
+                    out = fn()
+                    torch.cuda.synchronize()
+                    ms = median_ms(fn, args.warmup, args.iters)
+            except RuntimeError as error:
+                reasons = [str(w.message).splitlines()[0] for w in caught] + [str(error)]
+                log(f"  {name}: left out ({'; '.join(reasons)[:200]})")
+                continue
+        result[name] = work / (ms * 1e-3) / 1e12
+        if peer_out is None and r.get("kind") != "varlen":
+            peer_out = out  # the padded varlen batch computes something else
+        else:
+            del out
+
+    ours = varlen_callables(r, q, k, v) if r.get("kind") == "varlen" else our_callables(r, q, k, v)
+    for name, fn in ours.items():
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+        except (flashcute.FlashCuteError, ValueError) as error:
+            log(f"  {name}: left out ({error})")
+            continue
+        out = out[0] if isinstance(out, tuple) else out
+        if peer_out is not None and name != "ours_padded":
+            err = rel_l2(out, peer_out)
+            if not err <= CHECK_REL_L2:
+                log(f"  {name}: WRONG (relative L2 {err:.3g} against SDPA): not timed")
+                continue
+        del out
+        result[name] = work / (median_ms(fn, args.warmup, args.iters) * 1e-3) / 1e12
+    entry = {key: value for key, value in r.items()}
+    entry["tflops"] = {name: round(value, 1) for name, value in result.items()}
+    return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+def commit_sha():
+    if os.environ.get("FLASHCUTE_COMMIT"):
+        return os.environ["FLASHCUTE_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def gpu_slug(name):
+    slug = re.sub(r"^nvidia\s+", "", name.strip().lower())
+    return re.sub(r"[^a-z0-9]+", "_", slug).strip("_") or "gpu"
+
+
+def output_path(out, gpu_name):
+    if out is None:
+        return HERE / "results" / f"{gpu_slug(gpu_name)}.json"
+    out = pathlib.Path(out)
+    if out.suffix == ".json":
+        return out
+    return out / f"{gpu_slug(gpu_name)}.json"
+
+
+def summary(rows):
+    """One line a row: each implementation's TFLOP/s and ours / cuDNN."""
+    names = ["ours", "ours_sm80", "ours_sm90", "torch_flash", "torch_cudnn", "torch_efficient"]
+    short = ["ours", "sm80", "sm90", "flash", "cudnn", "effic"]
+    mha = {(r["b"], r["sq"], r["h"], r["d"], r["causal"], r["dtype"]): r["tflops"].get("ours")
+           for r in rows if "kind" not in r}
+    lines = [f"{'row':<50}" + "".join(f"{s:>8}" for s in short) + f"{'ours/cudnn':>12}"]
+    for r in rows:
+        t = r["tflops"]
+        cells = "".join(f"{t[n]:>8.1f}" if n in t else f"{'-':>8}" for n in names)
+        ratio = (f"{t['ours'] / t['torch_cudnn']:>12.2f}"
+                 if t.get("ours") and t.get("torch_cudnn") else f"{'-':>12}")
+        note = ""
+        if r.get("kind") == "gqa":
+            base = mha.get((r["b"], r["sq"], r["h"], r["d"], r["causal"], r["dtype"]))
+            if base and t.get("ours"):
+                note = f"  vs MHA row {t['ours'] / base:.2f}"
+        elif r.get("kind") == "varlen" and t.get("ours") and t.get("ours_padded"):
+            note = f"  vs padded {t['ours'] / t['ours_padded']:.2f}"
+        lines.append(f"{label(r):<50}{cells}{ratio}{note}")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few rows, for smoke tests")
+    parser.add_argument("--rows", help="regular expression over row labels, e.g. 'plain.*d128'")
+    parser.add_argument("--out", help="output folder, or a .json path (default bench/results/)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+    if args.warmup < 5 or args.iters < 20:
+        parser.error("GUIDE section 5 asks for at least 5 warm-up calls and 20 timed calls")
+    if not torch.cuda.is_available():
+        sys.exit("bench.py needs a CUDA device")
+
+    rows = quick_rows() if args.quick else plain_rows() + feature_rows()
+    if args.rows:
+        rows = [r for r in rows if re.search(args.rows, label(r))]
+    gpu = torch.cuda.get_device_name()
+    print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+          f"library {flashcute.library_path()}", flush=True)
+
+    results = []
+    with torch.inference_mode():
+        for r in rows:
+            print(label(r), flush=True)
+            entry = run_row(r, args, lambda line: print(line, flush=True))
+            print("  " + ", ".join(f"{n} {v}" for n, v in entry["tflops"].items()), flush=True)
+            results.append(entry)
+            torch.cuda.empty_cache()
+
+    document = {
+        "gpu": gpu,
+        "date": datetime.date.today().isoformat(),
+        "commit": commit_sha(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "rows": results,
+    }
+    path = output_path(args.out, gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {path}")
+    if not args.no_plot:
+        sys.path.insert(0, str(HERE))
+        import plot
+
+        png = plot.plot(document, path.with_suffix(".png"))
+        print(f"wrote {png}" if png else "no sweep rows to plot")
+    print(summary(results))
+
+
+if __name__ == "__main__":
+    main()
