@@ -5,6 +5,7 @@ each case's reference is computed once and shared by the kernel families that ru
 """
 
 import os
+import shutil
 import zlib
 
 import pytest
@@ -275,8 +276,11 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.flashcute.fwd.default, args)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_torch_compile_fullgraph(dynamic):
+def test_torch_compile_fullgraph(dynamic, backend):
+    if backend == "inductor" and not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("inductor's Triton launcher needs a C compiler, and none is installed")
     torch._dynamo.reset()
 
     def block(q, k, v):
@@ -284,7 +288,7 @@ def test_torch_compile_fullgraph(dynamic):
                                                 return_attn_probs=True)
         return out * 2, lse  # exact, so compiled and eager must agree bitwise
 
-    compiled = torch.compile(block, fullgraph=True, dynamic=dynamic)
+    compiled = torch.compile(block, fullgraph=True, dynamic=dynamic, backend=backend)
     for sq in (128, 200):
         g = generator("compile", dynamic, sq)
         q, k, v = (randn((2, sq, 4, 64), g, torch.bfloat16) for _ in range(3))
