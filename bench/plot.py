@@ -64,8 +64,9 @@ def plot(document, png_path):
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    commit = str(document.get("commit", ""))[:10]
     fig.suptitle(f"Attention forward, bf16, {document.get('gpu', '')} "
-                 f"(commit {str(document.get('commit', ''))[:10]}, torch {document.get('torch', '')})")
+                 f"(commit {commit}, torch {document.get('torch', '')})")
     fig.tight_layout()
     png_path = pathlib.Path(png_path)
     fig.savefig(png_path, dpi=120)

@@ -269,7 +269,8 @@ def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seq
     args.softcap = options.softcap
     if alibi is not None:
         args.alibi_slopes = alibi.ptr
-        args.alibi_batch_stride = alibi.strides[0] if len(alibi.shape) == 2 and alibi.shape[0] > 1 else 0
+        per_batch = len(alibi.shape) == 2 and alibi.shape[0] > 1
+        args.alibi_batch_stride = alibi.strides[0] if per_batch else 0
     args.tile = lib.FcTileConfig(*options.tile)
     args.family = options.family
     args.stream = stream or None

@@ -185,7 +185,8 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
     q_type, q_index = devices["q"]
     for name, (device_type, index) in devices.items():
         if device_type != KDL_CUDA:
-            raise ValueError(f"{name} must be on a CUDA device, got {device_name(device_type)}:{index}")
+            raise ValueError(
+                f"{name} must be on a CUDA device, got {device_name(device_type)}:{index}")
         if index != q_index:
             raise ValueError(f"{name} is on cuda:{index} but q is on cuda:{q_index}; they must match")
 

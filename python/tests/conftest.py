@@ -17,7 +17,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 try:
     import flashcute  # noqa: F401  (an installed wheel, carrying its library)
 except ImportError:
-    sys.path.insert(0, str(REPO / "python"))  # the source tree; the library then comes from FLASHCUTE_LIB
+    # The source tree; the library then comes from FLASHCUTE_LIB.
+    sys.path.insert(0, str(REPO / "python"))
 
 
 @pytest.fixture(scope="session")

@@ -354,7 +354,8 @@ def test_args_init_defaults(library):
 def _library_args(**fields):
     args = _library.new_args()
     args.dtype = _library.BFLOAT16
-    args.batch, args.seqlen_q, args.seqlen_k, args.heads, args.heads_k, args.head_dim = 2, 16, 16, 4, 4, 64
+    args.batch, args.seqlen_q, args.seqlen_k = 2, 16, 16
+    args.heads, args.heads_k, args.head_dim = 4, 4, 64
     args.softmax_scale = 0.125
     for name, value in fields.items():
         setattr(args, name, value)
