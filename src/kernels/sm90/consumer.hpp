@@ -1,0 +1,128 @@
+// The consumer main loop of one warpgroup (64 query rows). Within an iteration the warpgroup
+// issues S = Q K_n^T and O += P_{n+1} V_{n+1} back to back, then runs the softmax of S_n while
+// the PV wgmma is still in the tensor cores: the exp2 work hides under the GEMM.
+#pragma once
+
+#include "kernels/sm90/fragment.hpp"
+#include "kernels/sm90/softmax.hpp"
+#include "kernels/sm90/tile_info.hpp"
+#include "kernels/sm90/traits.hpp"
+#include "kernels/sm90/turn_taking.hpp"
+
+namespace flashcute::sm90 {
+
+template <class Traits, class Params>
+struct Consumer {
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+
+  // Returns with o holding the unnormalised output and softmax the row statistics. thread is
+  // the index among all consumer threads.
+  template <class FragO, class Softmax>
+  CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem,
+                              Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& state_k,
+                              PipelineState& state_v, TileInfo const& tile, int thread, FragO& o,
+                              Softmax& softmax) {
+    typename Traits::TiledMmaQK mma_qk;
+    typename Traits::TiledMmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(thread);
+    auto thr_pv = mma_pv.get_thread_slice(thread);
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // smem descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
+    Tensor s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor s_rc = rowcol_view(s);
+    Tensor coords = rowcol_view(thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+    Tensor o_rc = rowcol_view(o);
+    constexpr int kRows = decltype(size<0>(s_rc))::value;
+
+    softmax.init();
+    clear(o);
+    if (tile.n_block_max <= 0) return;
+
+    int const row0 = tile.m_block * kBlockM;
+    bool const negative_scale = p.scale_log2 < 0.f;
+    // Scores of a block become probabilities in place; masked blocks (and a negative scale)
+    // take the slower path that scales every score first.
+    auto softmax_step = [&](int n, float (&correction)[kRows]) {
+      if (negative_scale || tile.needs_mask<Traits>(p, n)) {
+        scale_and_mask(s_rc, coords, p.scale_log2, row0, n * kBlockN, p.seqlen_k, p.causal,
+                       p.causal_offset);
+        softmax.update(s_rc, 1.f, correction);
+      } else {
+        softmax.update(s_rc, p.scale_log2, correction);
+      }
+    };
+
+    TurnTaking<Traits::kPingPong> turns{thread / 128};
+    turns.start();
+    smem.bar_q.wait(0);
+
+    int n = tile.n_block_max - 1;
+    float correction[kRows];
+    pipe_k.consumer_wait(state_k);
+    turns.wait();
+    warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
+    turns.pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(s);
+    pipe_k.consumer_release(state_k);
+    ++state_k;
+    softmax_step(n, correction);
+    Tensor p_frag = convert_fragment<Element>(s);
+    Tensor p_a = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
+    bool first_pv = true;
+
+    for (--n; n >= 0; --n) {
+      pipe_k.consumer_wait(state_k);
+      turns.wait();
+      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
+      pipe_v.consumer_wait(state_v);
+      if (first_pv) {
+        warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
+      } else {
+        warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
+      }
+      first_pv = false;
+      turns.pass();
+      warpgroup_wait<1>();  // S is ready; PV may still run
+      warpgroup_fence_operand(s);
+      pipe_k.consumer_release(state_k);
+      ++state_k;
+      softmax_step(n, correction);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(o);
+      pipe_v.consumer_release(state_v);
+      ++state_v;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction[r];
+      }
+      p_frag = convert_fragment<Element>(s);
+    }
+
+    pipe_v.consumer_wait(state_v);
+    turns.wait();
+    if (first_pv) {
+      warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
+    } else {
+      warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
+    }
+    turns.pass(/*last=*/true);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(o);
+    pipe_v.consumer_release(state_v);
+    ++state_v;
+  }
+};
+
+}  // namespace flashcute::sm90

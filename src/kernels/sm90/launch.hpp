@@ -1,0 +1,96 @@
+// Host side of one Hopper kernel: which problems it takes, the TMA descriptors, the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "api/kernel_registry.hpp"
+#include "kernels/common/params.hpp"
+#include "kernels/sm90/kernel.hpp"
+
+namespace flashcute::sm90 {
+
+inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// TMA needs 16-byte aligned bases and strides; features this family lacks go to SM80.
+template <class Traits>
+bool supports(const AttentionParams& p) {
+  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return false;
+  if (p.softcap != 0.f || p.alibi_slopes != nullptr) return false;
+  if (p.window_left >= 0 || p.window_right > 0) return false;
+  if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return false;
+  if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return false;
+  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
+  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                             p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  for (int64_t s : strides) {
+    if (s % 8 != 0) return false;
+  }
+  return true;
+}
+
+template <class Traits>
+cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  using GmemShape = typename Traits::GmemShape;
+  using GmemStride = typename Traits::GmemStride;
+
+  GmemShape shape_q{a.seqlen_q, a.head_dim, a.heads, a.batch};
+  GmemShape shape_k{a.seqlen_k, a.head_dim, a.heads_k, a.batch};
+  auto gmem = [](const void* ptr, GmemShape shape, int64_t row, int64_t head, int64_t batch) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
+                       make_layout(shape, GmemStride{row, _1{}, head, batch}));
+  };
+  auto box_q = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{};
+  auto box_kv = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{};
+  auto smem_kv = take<0, 2>(typename Traits::SmemLayoutKV{});
+
+  KernelParams<Traits> p{
+      make_tma_copy(SM90_TMA_LOAD{}, gmem(a.q, shape_q, a.q_row_stride, a.q_head_stride, a.q_batch_stride),
+                    typename Traits::SmemLayoutQ{}, box_q, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem(a.k, shape_k, a.k_row_stride, a.k_head_stride, a.k_batch_stride),
+                    smem_kv, box_kv, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem(a.v, shape_k, a.v_row_stride, a.v_head_stride, a.v_batch_stride),
+                    smem_kv, box_kv, _1{}),
+      shape_q,
+      shape_k,
+      static_cast<Element*>(a.o),
+      a.o_batch_stride,
+      a.o_row_stride,
+      a.o_head_stride,
+      a.lse,
+      a.lse_batch_stride,
+      a.lse_head_stride,
+      a.seqlen_q,
+      a.seqlen_k,
+      a.head_dim,
+      a.heads_per_kv_head,
+      (a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+      a.scale_log2,
+      a.window_right == 0,
+      a.bottom_right ? a.seqlen_k - a.seqlen_q : 0};
+
+  auto kernel = forward_kernel<Traits>;
+  constexpr int smem_bytes = Traits::kSmemBytes;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err != cudaSuccess) return err;
+  dim3 grid(p.num_m_blocks, a.heads, a.batch);
+  kernel<<<grid, Traits::kThreads, smem_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class Traits>
+KernelEntry make_entry(fc_dtype dtype) {
+  return KernelEntry{FC_FAMILY_SM90,
+                     dtype,
+                     Traits::kHeadDim,
+                     fc_tile_config{Traits::kBlockM, Traits::kBlockN, Traits::kThreads},
+                     size_t(Traits::kSmemBytes),
+                     90,
+                     &launch<Traits>,
+                     &supports<Traits>};
+}
+
+}  // namespace flashcute::sm90

@@ -1,0 +1,104 @@
+// Online softmax in the exp2 domain over one consumer thread's rows. A wgmma accumulator row is
+// spread over the 4 threads of a quad, so row reductions are two xor-shuffles. The row sums stay
+// per-thread partial until the end (one reduction per tile instead of one per block).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cmath>
+
+#include "kernels/sm90/fragment.hpp"
+
+namespace flashcute::sm90 {
+
+using namespace cute;
+
+CUTE_DEVICE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+CUTE_DEVICE float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+CUTE_DEVICE float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];  // running max of the scaled (log2-domain) scores; -inf before any key
+  float row_sum[kRows];  // this thread's share of the running sum of exp2(score - row_max)
+
+  CUTE_DEVICE void init() {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // s: (rows, cols) raw scores, overwritten with exp2(scale * s - max). scale must be >= 0 (a
+  // negative softmax scale is applied beforehand, with scale 1 here) so that the max of the raw
+  // scores times scale is the max of the scaled ones. Returns in `correction` the factor that
+  // rescales what was accumulated under the previous max.
+  template <class Tensor>
+  CUTE_DEVICE void update(Tensor& s, float scale, float (&correction)[kRows]) {
+    static_assert(decltype(size<0>(s))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float m = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c) * scale);
+      m = quad_max(m);
+      // A row that has seen only hidden keys keeps max -inf; subtract 0 then so that its
+      // probabilities are exp2(-inf) = 0 rather than NaN.
+      float m_ref = m == -INFINITY ? 0.f : m;
+      correction[r] = fast_exp2(row_max[r] - m_ref);
+      row_max[r] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        float p = fast_exp2(fmaf(s(r, c), scale, -m_ref));
+        s(r, c) = p;
+        sum += p;
+      }
+      row_sum[r] = row_sum[r] * correction[r] + sum;
+    }
+  }
+
+  // Total row sums across the quad; returns 1/sum (0 for a row that saw no key) and writes the
+  // natural-log log-sum-exp (+inf for such a row).
+  CUTE_DEVICE void finish(float (&inv_sum)[kRows], float (&lse)[kRows]) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float sum = quad_sum(row_sum[r]);
+      bool empty = sum == 0.f;
+      inv_sum[r] = empty ? 0.f : 1.f / sum;
+      lse[r] = empty ? INFINITY : (row_max[r] + __log2f(sum)) * float(M_LN2);
+    }
+  }
+};
+
+// Scales raw scores by scale_log2 and hides (row, key) pairs outside the mask with -inf.
+// coords: the identity tensor of the tile partitioned like s, giving (row, key) within the tile.
+template <class Tensor, class Coords>
+CUTE_DEVICE void scale_and_mask(Tensor& s, Coords const& coords, float scale_log2, int row0,
+                                int key0, int seqlen_k, bool causal, int causal_offset) {
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(s); ++r) {
+    int row = row0 + get<0>(coords(r, 0));
+    int limit = seqlen_k;
+    if (causal) limit = min(limit, row + causal_offset + 1);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(s); ++c) {
+      int key = key0 + get<1>(coords(r, c));
+      s(r, c) = key < limit ? s(r, c) * scale_log2 : -INFINITY;
+    }
+  }
+}
+
+}  // namespace flashcute::sm90

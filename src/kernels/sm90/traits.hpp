@@ -1,0 +1,89 @@
+// Compile-time shape of one Hopper forward kernel: tile sizes, shared-memory layouts, the two
+// warpgroup MMAs and the TMA copy types. Everything else in this folder is written against it.
+#pragma once
+
+// wgmma N values that are not multiples of 16/32 (80, 176, ...) live behind this switch.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+namespace flashcute::sm90 {
+
+using namespace cute;
+
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_>
+struct Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per CTA tile, 64 per consumer warpgroup
+  static constexpr int kBlockN = kBlockN_;  // key rows per main-loop step
+  static constexpr int kStages = kStages_;  // K and V pipeline depth
+  static constexpr bool kPingPong = kPingPong_ && kBlockM == 128;  // see turn_taking.hpp
+  static constexpr int kConsumerWarpgroups = kBlockM / 64;
+  static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
+  static constexpr int kThreads = kConsumerThreads + 128;  // plus one producer warpgroup
+  static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
+
+  // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
+  // reads it without bank conflicts.
+  using SmemAtom = std::conditional_t<
+      kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+      std::conditional_t<kHeadDim % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+                         GMMA::Layout_K_SW32_Atom<Element>>>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutO = SmemLayoutQ;  // O reuses Q's buffer once the last QK^T has finished
+  using SmemLayoutKV =
+      decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // V is stored like K (head_dim contiguous). For O += P V it is the B operand with N = head_dim,
+  // so read the same bytes through a (head_dim, key) view: an MN-major operand, which 16-bit wgmma
+  // accepts directly, so no transpose pass is needed.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                          Step<_2, _1, _3>{})));
+
+  // Consumer warpgroups stack along M; each owns 64 query rows.
+  using MmaAtomLayout = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      MmaAtomLayout{}));
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      MmaAtomLayout{}));
+
+  // Global tensors are (seqlen, head_dim, heads, batch); the TMA box is one tile of the first two.
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemLayout = Layout<GmemShape, GmemStride>;
+  using TmaQ = decltype(make_tma_copy(
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SmemLayoutQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      take<0, 2>(SmemLayoutKV{}), Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
+    typename Pipeline::SharedStorage pipe_k;
+    typename Pipeline::SharedStorage pipe_v;
+    cutlass::arch::ClusterTransactionBarrier bar_q;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+};
+
+}  // namespace flashcute::sm90
