@@ -48,13 +48,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   TileInfo const tile = TileInfo::make<Traits>(p, m_block);
 
   if (warpgroup == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
       PipelineState state = cutlass::make_producer_start_state<Pipeline>();
       Producer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state, tile, head, batch);
     }
   } else {
-    cutlass::arch::warpgroup_reg_alloc<240>();
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
     int const thread = threadIdx.x - 128;
     PipelineState state_k, state_v;
     typename Traits::TiledMmaPV mma_pv;

@@ -29,6 +29,11 @@ struct Traits {
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;  // plus one producer warpgroup
+  // setmaxnreg budgets: the producer keeps 24 registers, the consumers share the rest of the
+  // 64K-register file (a multiple of 8 each).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
+  static_assert((kProducerRegs + kConsumerRegs * kConsumerWarpgroups) * 128 <= 65536);
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma

@@ -8,8 +8,9 @@
 
 namespace flashcute::sm90 {
 
-// Named barrier ids (CUTLASS's user range): 1 + wg for the epilogue, 3 + wg for turns.
-constexpr int kTurnBarrierBase = 3;
+// Named barrier ids (CUTLASS's user range, 0..7): 1 + wg (up to 3 consumer warpgroups) for the
+// epilogue, 4 + wg for turns.
+constexpr int kTurnBarrierBase = 4;
 
 template <bool kEnabled>
 struct TurnTaking {
