@@ -27,6 +27,12 @@ struct AttentionMask {
            (left < 0 || col >= row + diag - left);
   }
 
+  // The visible keys of one row: [begin, end).
+  __device__ void visible_keys(int row, int& begin, int& end) const {
+    begin = left >= 0 ? row + diag - left : 0;
+    end = right >= 0 ? min(seqlen_k, row + diag + right + 1) : seqlen_k;
+  }
+
   // Key blocks of n_block columns holding at least one key visible to rows [row_begin, row_end).
   __device__ KeyBlockRange key_blocks(int row_begin, int row_end, int n_block) const {
     int end_col = seqlen_k;

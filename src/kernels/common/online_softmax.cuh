@@ -27,35 +27,56 @@ struct OnlineSoftmax {
     x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
   }
+  __device__ static float quad_min(float x) {
+    x = fminf(x, __shfl_xor_sync(0xffffffff, x, 1));
+    return fminf(x, __shfl_xor_sync(0xffffffff, x, 2));
+  }
   __device__ static float quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffff, x, 1);
     return x + __shfl_xor_sync(0xffffffff, x, 2);
   }
 
-  // scores (rows, cols) become probabilities relative to the new maximum; acc_o (rows, cols) is
-  // rescaled to that maximum.
+  // scores (rows, cols), multiplied by `multiplier`, are exp2-domain logits; they become
+  // probabilities relative to the new row maximum, and acc_o (rows, cols) is rescaled to it.
+  // The largest logit is multiplier * max(score), or multiplier * min(score) for a negative one.
   template <class Scores, class AccO>
-  __device__ void update(Scores& scores, AccO& acc_o) {
+  __device__ void update(Scores& scores, AccO& acc_o, float multiplier) {
     using namespace cute;
     static_assert(decltype(size<0>(scores))::value == kRows, "row count mismatch");
+    float correction[kRows];
+    bool rescale = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float block_max = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) block_max = fmaxf(block_max, scores(r, c));
-      const float new_max = quad_max(block_max);
+      float extreme = scores(r, 0);
+      if (multiplier > 0.f) {
+        CUTE_UNROLL
+        for (int c = 1; c < size<1>(scores); ++c) extreme = fmaxf(extreme, scores(r, c));
+        extreme = quad_max(extreme);
+      } else {
+        CUTE_UNROLL
+        for (int c = 1; c < size<1>(scores); ++c) extreme = fminf(extreme, scores(r, c));
+        extreme = quad_min(extreme);
+      }
+      const float new_max = fmaxf(row_max[r], extreme * multiplier);
       const float reference = new_max == -INFINITY ? 0.f : new_max;
-      const float correction = exp2f(row_max[r] - reference);
+      correction[r] = exp2f(row_max[r] - reference);
+      rescale |= correction[r] != 1.f;
       row_max[r] = new_max;
       float sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) {
-        scores(r, c) = exp2f(scores(r, c) - reference);
+        scores(r, c) = exp2f(fmaf(scores(r, c), multiplier, -reference));
         sum += scores(r, c);
       }
-      row_sum[r] = row_sum[r] * correction + sum;
+      row_sum[r] = row_sum[r] * correction[r] + sum;
+    }
+    // Once a row has met its largest scores the maximum stops moving: skip the rescale then.
+    if (__any_sync(0xffffffff, rescale)) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(acc_o); ++c) acc_o(r, c) *= correction;
+      for (int r = 0; r < kRows; ++r) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(acc_o); ++c) acc_o(r, c) *= correction[r];
+      }
     }
   }
 

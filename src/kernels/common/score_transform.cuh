@@ -1,7 +1,8 @@
-// From raw q.k products to exp2-domain logits: scale (or tanh softcap), ALiBi bias, then the mask.
-// Scaling comes before the row maximum is taken, so a negative softmax scale is handled like any
-// other. Each modifier is a separate unrolled pass behind a block-uniform branch, so the plain
-// path costs one multiply per score.
+// From raw q.k products to logits the online softmax can exponentiate: scale (or tanh softcap),
+// ALiBi bias, then the mask. On the plain path (no softcap, no ALiBi) the scores stay raw and the
+// softmax folds the scale into its exp2 (one FFMA per score instead of a multiply and a subtract);
+// masked scores then take the infinity that the scale's sign turns into -inf, so a negative scale
+// works like any other. Each modifier is an unrolled pass behind a block-uniform branch.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,10 +20,12 @@ __device__ __forceinline__ float tanh_approx(float x) {
 }
 
 struct ScoreTransform {
-  float scale_log2;      // softmax_scale * log2(e), used without softcap
-  float softcap_inner;   // softmax_scale / softcap
-  float softcap_outer;   // softcap * log2(e); 0 = no softcap
+  float scale_log2;        // softmax_scale * log2(e)
+  float softcap_inner;     // softmax_scale / softcap
+  float softcap_outer;     // softcap * log2(e); 0 = no softcap
   float alibi_slope_log2;  // slope * log2(e); 0 = no ALiBi
+  bool fold_scale;         // plain path: the softmax applies scale_log2 itself
+  float masked_value;      // what a hidden score becomes
 
   __device__ ScoreTransform(const AttentionParams& p, int batch, int head) {
     scale_log2 = p.scale_log2;
@@ -30,15 +33,23 @@ struct ScoreTransform {
     softcap_inner = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
     alibi_slope_log2 =
         p.alibi_slopes ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * kLog2e : 0.f;
+    // A zero scale cannot be folded: it would turn a masked infinity into NaN.
+    fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
+    masked_value = fold_scale && scale_log2 < 0.f ? INFINITY : -INFINITY;
   }
+
+  // The factor the softmax multiplies scores by before exp2.
+  __device__ float exp2_multiplier() const { return fold_scale ? scale_log2 : 1.f; }
 
   // scores: (rows, cols) view of an accumulator; coords: the same view of its (row, col)
   // coordinates within the tile, offset by (row0, col0) to absolute positions.
-  template <class Scores, class Coords>
+  template <bool kMasked, class Scores, class Coords>
   __device__ void apply(Scores& scores, Coords const& coords, int row0, int col0,
-                        const AttentionMask& mask, bool masked) const {
+                        const AttentionMask& mask) const {
     using namespace cute;
-    if (softcap_outer != 0.f) {
+    if (fold_scale) {
+      // nothing to do before the mask
+    } else if (softcap_outer != 0.f) {
       CUTE_UNROLL
       for (int i = 0; i < size(scores); ++i) {
         scores(i) = softcap_outer * tanh_approx(scores(i) * softcap_inner);
@@ -50,20 +61,29 @@ struct ScoreTransform {
     if (alibi_slope_log2 != 0.f) {
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
-        const int row = row0 + get<0>(coords(r, 0)) + mask.diag;
+        // Coordinates derive from the unsigned thread index: make them signed before subtracting.
+        const int row = row0 + int(get<0>(coords(r, 0))) + mask.diag;
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
-          scores(r, c) -= alibi_slope_log2 * fabsf(float(row - (col0 + get<1>(coords(0, c)))));
+          const int col = col0 + int(get<1>(coords(0, c)));
+          scores(r, c) -= alibi_slope_log2 * fabsf(float(row - col));
         }
       }
     }
-    if (masked) {
+    if constexpr (kMasked) {
+      // Per row, the visible range relative to this thread's first column, so that each score
+      // compares a compile-time column offset against two registers.
+      const int thread_col = col0 + int(get<1>(coords(0, 0)));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
-        const int row = row0 + get<0>(coords(r, 0));
+        int begin, end;
+        mask.visible_keys(row0 + int(get<0>(coords(r, 0))), begin, end);
+        begin -= thread_col;
+        end -= thread_col;
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
-          if (!mask.visible(row, col0 + get<1>(coords(0, c)))) scores(r, c) = -INFINITY;
+          const int offset = int(get<1>(coords(0, c))) - int(get<1>(coords(0, 0)));
+          if (offset < begin || offset >= end) scores(r, c) = masked_value;
         }
       }
     }

@@ -13,8 +13,8 @@ __device__ void gemm_smem_smem(Acc& acc, FragA& frag_a, FragB& frag_b, SmemA con
                                SmemB const& smem_b, TiledMma const& mma, CopyA const& copy_a,
                                CopyB const& copy_b) {
   using namespace cute;
-  auto thr_copy_a = copy_a.get_thread_slice(threadIdx.x);
-  auto thr_copy_b = copy_b.get_thread_slice(threadIdx.x);
+  auto thr_copy_a = copy_a.get_thread_slice(int(threadIdx.x));
+  auto thr_copy_b = copy_b.get_thread_slice(int(threadIdx.x));
   Tensor frag_a_view = thr_copy_a.retile_D(frag_a);
   Tensor frag_b_view = thr_copy_b.retile_D(frag_b);
   copy(copy_a, smem_a(_, _, 0), frag_a_view(_, _, 0));
@@ -34,7 +34,7 @@ template <class Acc, class FragA, class FragB, class SmemB, class TiledMma, clas
 __device__ void gemm_regs_smem(Acc& acc, FragA const& frag_a, FragB& frag_b, SmemB const& smem_b,
                                TiledMma const& mma, CopyB const& copy_b) {
   using namespace cute;
-  auto thr_copy_b = copy_b.get_thread_slice(threadIdx.x);
+  auto thr_copy_b = copy_b.get_thread_slice(int(threadIdx.x));
   Tensor frag_b_view = thr_copy_b.retile_D(frag_b);
   copy(copy_b, smem_b(_, _, 0), frag_b_view(_, _, 0));
   CUTE_UNROLL

@@ -1,6 +1,6 @@
 // The SM80-family forward kernel: one thread block computes one (query block, head, batch) tile.
 //
-// Per key block, visited from last to first (so the blocks that need masking come first):
+// Per key block (the masked ones first, then the rest from the top down):
 //   wait for K; start loading V; S = Q K^T (overlaps V's load); scale, bias and mask S;
 //   wait for V; start loading the next K; online softmax; O += P V (overlaps K's load).
 // K and V are single-buffered: the two barriers per iteration also guard their reuse.
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                          TileKV{}, make_coord(_, 0));
 
   typename Traits::GmemTiledCopyQKV gmem_copy;
-  auto gmem_thr = gmem_copy.get_thread_slice(threadIdx.x);
+  auto gmem_thr = gmem_copy.get_thread_slice(int(threadIdx.x));
   Tensor tQgQ = gmem_thr.partition_S(gQ);
   Tensor tQsQ = gmem_thr.partition_D(sQ);
   Tensor tKgK = gmem_thr.partition_S(gK);
@@ -81,10 +81,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // Q and K/V tiles share the column partition, so one column predicate serves both.
   Tensor col_ok = make_tensor<bool>(make_shape(size<2>(tQsQ)));
   CUTE_UNROLL
-  for (int k = 0; k < size(col_ok); ++k) col_ok(k) = get<1>(tQcQ(0, 0, k)) < params.head_dim;
+  for (int k = 0; k < size(col_ok); ++k) col_ok(k) = int(get<1>(tQcQ(0, 0, k))) < params.head_dim;
 
   typename Traits::TiledMma tiled_mma;
-  auto thr_mma = tiled_mma.get_thread_slice(threadIdx.x);
+  auto thr_mma = tiled_mma.get_thread_slice(int(threadIdx.x));
   Tensor tSrQ = thr_mma.partition_fragment_A(sQ);
   Tensor tSrK = thr_mma.partition_fragment_B(sK);
   Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);
@@ -92,18 +92,40 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
   auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
   auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
-  Tensor tSsQ = smem_copy_q.get_thread_slice(threadIdx.x).partition_S(sQ);
-  Tensor tSsK = smem_copy_k.get_thread_slice(threadIdx.x).partition_S(sK);
-  Tensor tOsVt = smem_copy_v.get_thread_slice(threadIdx.x).partition_S(sVt);
+  Tensor tSsQ = smem_copy_q.get_thread_slice(int(threadIdx.x)).partition_S(sQ);
+  Tensor tSsK = smem_copy_k.get_thread_slice(int(threadIdx.x)).partition_S(sK);
+  Tensor tOsVt = smem_copy_v.get_thread_slice(int(threadIdx.x)).partition_S(sVt);
   // (row, col) of each score this thread holds, for masks and ALiBi.
   Tensor score_coords =
       rowcol_view(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
 
+  // Visiting order: the blocks that need element masks first (the sequence residue and the
+  // causal or right-window diagonal at the top of the range, the left-window edge at its bottom),
+  // then the unmasked middle from the top down. Any order is valid for the online softmax;
+  // ending on the unmasked blocks keeps the masking state dead, and its registers free, in the
+  // hot loop.
+  const auto needs_mask = [&](int n) {
+    return mask.block_needs_mask(n, row_begin, row_end, kBlockN);
+  };
+  const int num_blocks = max(blocks.end - blocks.begin, 0);
+  int masked_top = 0;
+  while (masked_top < num_blocks && needs_mask(blocks.end - 1 - masked_top)) ++masked_top;
+  int masked_bottom = 0;
+  while (masked_bottom < num_blocks - masked_top && needs_mask(blocks.begin + masked_bottom)) {
+    ++masked_bottom;
+  }
+  const int num_masked = masked_top + masked_bottom;
+  const auto block_at = [&](int i) {
+    if (i < masked_top) return blocks.end - 1 - i;
+    if (i < num_masked) return blocks.begin + (i - masked_top);
+    return blocks.end - 1 - masked_top - (i - num_masked);
+  };
+
   const auto valid_key_rows = [&](int key_block) { return seq.seqlen_k - key_block * kBlockN; };
-  copy_tile_in(gmem_copy, tQgQ, tQsQ, tQcQ, col_ok, seq.seqlen_q - row_begin);
-  if (blocks.end > blocks.begin) {
-    copy_tile_in(gmem_copy, tKgK(_, _, _, blocks.end - 1), tKsK, tKVcKV, col_ok,
-                 valid_key_rows(blocks.end - 1));
+  copy_tile_in<true>(gmem_copy, tQgQ, tQsQ, tQcQ, col_ok, seq.seqlen_q - row_begin);
+  if (num_blocks > 0) {
+    copy_tile_in<true>(gmem_copy, tKgK(_, _, _, block_at(0)), tKsK, tKVcKV, col_ok,
+                       valid_key_rows(block_at(0)));
   }
   cp_async_fence();
 
@@ -113,31 +135,41 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   OnlineSoftmax<kRowsPerThread> softmax;
   const ScoreTransform transform(params, batch, head);
 
-  for (int n = blocks.end - 1; n >= blocks.begin; --n) {
+  // One key block, n, then the prefetch of the next one's K (none when next < 0). Masked steps
+  // check every score and the key rows they load; the others, the bulk of a long sequence, carry
+  // neither cost (an unmasked block is never the partial last one).
+  const auto key_block_step = [&](int n, int next, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
     cp_async_wait<0>();  // K (and, on the first pass, Q) has landed
     __syncthreads();     // ... for every thread, and the last P.V no longer reads V
-    copy_tile_in(gmem_copy, tVgV(_, _, _, n), tVsV, tKVcKV, col_ok, valid_key_rows(n));
+    copy_tile_in<kMasked>(gmem_copy, tVgV(_, _, _, n), tVsV, tKVcKV, col_ok, valid_key_rows(n));
     cp_async_fence();
 
     gemm_smem_smem(acc_s, tSrQ, tSrK, tSsQ, tSsK, tiled_mma, smem_copy_q, smem_copy_k);
     Tensor scores = rowcol_view(acc_s);
-    transform.apply(scores, score_coords, row_begin, n * kBlockN, mask,
-                    mask.block_needs_mask(n, row_begin, row_end, kBlockN));
+    transform.template apply<kMasked>(scores, score_coords, row_begin, n * kBlockN, mask);
 
     cp_async_wait<0>();  // V has landed
     __syncthreads();     // ... and no thread still reads K
-    if (n > blocks.begin) {
-      copy_tile_in(gmem_copy, tKgK(_, _, _, n - 1), tKsK, tKVcKV, col_ok, valid_key_rows(n - 1));
+    if (next >= 0) {
+      copy_tile_in<kMasked>(gmem_copy, tKgK(_, _, _, next), tKsK, tKVcKV, col_ok,
+                            valid_key_rows(next));
       cp_async_fence();
     }
 
-    softmax.update(scores, acc_o_rows);
+    softmax.update(scores, acc_o_rows, transform.exp2_multiplier());
     Tensor probs = make_tensor<Element>(acc_s.layout());
     convert_fragment(acc_s, probs);
     Tensor probs_a = make_tensor(probs.data(), accumulator_as_a_operand_layout(probs.layout()));
     gemm_regs_smem(acc_o, probs_a, tOrVt, tOsVt, tiled_mma, smem_copy_v);
+  };
+  for (int i = 0; i < num_masked; ++i) {
+    key_block_step(block_at(i), i + 1 < num_blocks ? block_at(i + 1) : -1, cute::true_type{});
+  }
+  for (int n = blocks.end - 1 - masked_top, i = num_masked; i < num_blocks; --n, ++i) {
+    key_block_step(n, i + 1 < num_blocks ? n - 1 : -1, cute::false_type{});
   }
 
   float lse[kRowsPerThread];
@@ -147,13 +179,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor o_regs = make_tensor<Element>(acc_o.layout());
   convert_fragment(acc_o, o_regs);
   auto smem_copy_o = make_tiled_copy_C(typename Traits::SmemCopyAtomO{}, tiled_mma);
-  auto smem_thr_o = smem_copy_o.get_thread_slice(threadIdx.x);
+  auto smem_thr_o = smem_copy_o.get_thread_slice(int(threadIdx.x));
   cp_async_wait<0>();  // Q's load is still pending when no key block was visited
   __syncthreads();     // every warp is done reading Q's buffer
   copy(smem_copy_o, smem_thr_o.retile_S(o_regs), smem_thr_o.partition_D(sO));
   __syncthreads();
   typename Traits::GmemTiledCopyO gmem_copy_o;
-  auto gmem_thr_o = gmem_copy_o.get_thread_slice(threadIdx.x);
+  auto gmem_thr_o = gmem_copy_o.get_thread_slice(int(threadIdx.x));
   Tensor tOsO = gmem_thr_o.partition_S(sO);
   Tensor tOgO = gmem_thr_o.partition_D(gO);
   Tensor tOrO = make_tensor<Element>(shape(tOgO));
