@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${1:?usage: scripts/device_round.sh <build dir> [steps...]}
 shift
 STEPS=${*:-runner suite pytest bench}
+# The benchmark records the commit measured; the copied tree may lack .git, so pass it in.
+export FLASHCUTE_COMMIT=${FLASHCUTE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 RUN="$BUILD_DIR/bin/flashcute_run"
@@ -34,10 +36,16 @@ fi
 
 if has pytest && ls .whl/flashcute-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/flashcute-*.whl
-  PYTHONPATH=/tmp/site timeout 300 python3 -m pytest -q -x python/tests >"$OUT/pytest.log" 2>&1
+  PYTHONPATH=/tmp/site timeout 420 python3 -m pytest -q -rs python/tests >"$OUT/pytest.log" 2>&1
   rc=$?
   tail -n 5 "$OUT/pytest.log"
   summary+=("pytest: exit $rc ($(tail -n 1 "$OUT/pytest.log"))")
+fi
+
+if has sweep && ls .whl/flashcute-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/flashcute-*.whl
+  PYTHONPATH=/tmp/site timeout 300 python3 bench/tile_sweep.py --out "$OUT" ${SWEEP_FLAGS:-} 2>&1 |
+    tee "$OUT/sweep.log" | tail -n 40
 fi
 
 if has bench && ls .whl/flashcute-*.whl >/dev/null 2>&1; then
