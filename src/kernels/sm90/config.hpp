@@ -19,6 +19,10 @@ template <class E> struct DefaultConfig<E, 128> { using type = Traits<E, 128, 12
 template <class E> struct DefaultConfig<E, 192> { using type = Traits<E, 192, 128, 96, 2, true>; };
 template <class E> struct DefaultConfig<E, 256> { using type = Traits<E, 256, 128, 80, 2, true>; };
 
+// A second tile, reachable with an explicit tile request, for A/B timing on the device.
+template <class E, int kHeadDim> struct AlternativeConfig { using type = void; };
+template <class E> struct AlternativeConfig<E, 64> { using type = Traits<E, 64, 128, 128, 2, true>; };
+
 }  // namespace flashcute::sm90
 
 // One translation unit per (dtype, head_dim): defines flashcute::sm90::register_<dtype>_hd<hd>.
@@ -26,5 +30,7 @@ template <class E> struct DefaultConfig<E, 256> { using type = Traits<E, 256, 12
   namespace flashcute::sm90 {                                                                 \
   void register_##dtype_name##_hd##hd(KernelTable& table) {                                   \
     table.push_back(make_entry<typename DefaultConfig<element, hd>::type>(fc_dtype_value));   \
+    using Alt = typename AlternativeConfig<element, hd>::type;                                \
+    if constexpr (!std::is_void_v<Alt>) table.push_back(make_entry<Alt>(fc_dtype_value));     \
   }                                                                                           \
   }

@@ -1,6 +1,8 @@
 // The consumer main loop of one warpgroup (64 query rows). Within an iteration the warpgroup
 // issues S = Q K_n^T and O += P_{n+1} V_{n+1} back to back, then runs the softmax of S_n while
-// the PV wgmma is still in the tensor cores: the exp2 work hides under the GEMM.
+// the PV wgmma is still in the tensor cores: the exp2 work hides under the GEMM. Once the last
+// QK^T has read Q, the thread tells the producer (when O has its own buffer) so the next tile's
+// Q can load under this tile's tail.
 #pragma once
 
 #include "kernels/sm90/fragment.hpp"
@@ -26,7 +28,7 @@ struct Consumer {
   CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem,
                               Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& state_k,
                               PipelineState& state_v, TileInfo const& tile, int thread, FragO& o,
-                              Softmax& softmax) {
+                              Softmax& softmax, int iteration) {
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(thread);
@@ -44,9 +46,16 @@ struct Consumer {
     Tensor o_rc = rowcol_view(o);
     constexpr int kRows = decltype(size<0>(s_rc))::value;
 
+    auto q_done = [&] {
+      if constexpr (Traits::kSeparateO) smem.bar_q_free.arrive();
+    };
     softmax.init();
     clear(o);
-    if (tile.n_block_max <= 0) return;
+    smem.bar_q.wait(iteration & 1);
+    if (tile.n_block_max <= 0) {
+      q_done();
+      return;
+    }
 
     int const row0 = tile.m_block * kBlockM;
     bool const negative_scale = p.scale_log2 < 0.f;
@@ -64,7 +73,6 @@ struct Consumer {
 
     TurnTaking<Traits::kPingPong> turns{thread / 128};
     turns.start();
-    smem.bar_q.wait(0);
 
     int n = tile.n_block_max - 1;
     float correction[kRows];
@@ -76,6 +84,7 @@ struct Consumer {
     warpgroup_fence_operand(s);
     pipe_k.consumer_release(state_k);
     ++state_k;
+    if (n == 0) q_done();
     softmax_step(n, correction);
     Tensor p_frag = convert_fragment<Element>(s);
     Tensor p_a = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
@@ -97,6 +106,7 @@ struct Consumer {
       warpgroup_fence_operand(s);
       pipe_k.consumer_release(state_k);
       ++state_k;
+      if (n == 0) q_done();
       softmax_step(n, correction);
       warpgroup_wait<0>();
       warpgroup_fence_operand(o);

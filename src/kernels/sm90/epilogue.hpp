@@ -1,6 +1,7 @@
 // The epilogue of one consumer warpgroup: normalise O, write the log-sum-exp, stage O in shared
-// memory (the warpgroup's own rows of Q's buffer, free once its last QK^T finished) and copy it
-// out with 16-byte stores, skipping rows past seqlen_q and columns past head_dim.
+// memory (O's own buffer, or else the warpgroup's own rows of Q's buffer, free once its last
+// QK^T finished) and copy it out with 16-byte stores, skipping rows past seqlen_q and columns
+// past head_dim. When O borrowed Q's buffer, the copy-out is what frees Q for the next tile.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -46,7 +47,16 @@ struct Epilogue {
     // Registers -> shared memory: each thread holds column pairs, written as 4-byte words.
     Tensor out = convert_fragment<Element>(o);
     Tensor out_rc = rowcol_view(out);
-    Tensor sO = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutO{});
+    Element* o_smem;
+    if constexpr (Traits::kSeparateO) {
+      o_smem = smem.o.data();
+    } else {
+      o_smem = smem.q.data();
+    }
+    Tensor sO = make_tensor(make_smem_ptr(o_smem), typename Traits::SmemLayoutO{});
+    int const warpgroup = thread / 128;
+    // The previous tile's copy-out (other threads of this warpgroup) must have read its rows.
+    if constexpr (Traits::kSeparateO) cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
@@ -58,7 +68,6 @@ struct Epilogue {
         *reinterpret_cast<uint32_t*>(&sO(get<0>(rc), get<1>(rc))) = pair;
       }
     }
-    int const warpgroup = thread / 128;
     cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
 
     // Shared memory -> global: 8 elements (16 bytes) per thread per step; a 16-byte chunk never
@@ -76,6 +85,11 @@ struct Epilogue {
         uint4 v = *reinterpret_cast<uint4 const*>(&sO(r, c));
         *reinterpret_cast<uint4*>(o_ptr + row * p.o_row_stride + c) = v;
       }
+    }
+    if constexpr (!Traits::kSeparateO) {
+      // The next tile's Q is written by TMA (the async proxy) over what these reads just saw.
+      cutlass::arch::fence_view_async_shared();
+      smem.bar_q_free.arrive();
     }
   }
 };

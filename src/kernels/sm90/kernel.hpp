@@ -1,5 +1,7 @@
 // The kernel: warpgroup 0 produces (TMA loads), warpgroups 1.. consume (wgmma + softmax). The
 // producer gives up registers it does not need so the consumers can hold S, P and O at once.
+// The grid is persistent: each CTA walks the tiles the scheduler gives it, so launch and set-up
+// are paid once per SM and one tile's loads overlap the previous tile's tail.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
@@ -8,6 +10,7 @@
 #include "kernels/sm90/epilogue.hpp"
 #include "kernels/sm90/kernel_params.hpp"
 #include "kernels/sm90/producer.hpp"
+#include "kernels/sm90/scheduler.hpp"
 #include "kernels/sm90/softmax.hpp"
 #include "kernels/sm90/tile_info.hpp"
 
@@ -29,6 +32,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
     smem.bar_q.init(1);
+    smem.bar_q_free.init(Traits::kConsumerThreads);
   }
 
   typename Pipeline::Params pipe_params;
@@ -41,29 +45,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Pipeline pipe_v(smem.pipe_v, pipe_params, Shape<_1, _1, _1>{});
   __syncthreads();  // barrier initialisation visible to every thread
 
-  // Causal tiles get heavier with m: launch them in reverse so the long ones start first.
-  int const m_block = p.causal ? p.num_m_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
-  int const head = blockIdx.y;
-  int const batch = blockIdx.z;
-  TileInfo const tile = TileInfo::make<Traits>(p, m_block);
-
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
       PipelineState state = cutlass::make_producer_start_state<Pipeline>();
-      Producer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state, tile, head, batch);
+      int iteration = 0;
+      for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p), ++iteration) {
+        WorkTile const w = sched.get(p);
+        TileInfo const tile = TileInfo::make<Traits>(p, w.m_block);
+        Producer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state, tile, w.head, w.batch,
+                                      iteration);
+      }
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
     int const thread = threadIdx.x - 128;
     PipelineState state_k, state_v;
     typename Traits::TiledMmaPV mma_pv;
-    Tensor o = partition_fragment_C(mma_pv, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
-    constexpr int kRows = decltype(size<0>(rowcol_view(o)))::value;
-    OnlineSoftmax<kRows> softmax;
-    Consumer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state_k, state_v, tile, thread, o,
-                                  softmax);
-    Epilogue<Traits, Params>::run(p, smem, m_block, head, batch, thread, o, softmax);
+    int iteration = 0;
+    for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p), ++iteration) {
+      WorkTile const w = sched.get(p);
+      TileInfo const tile = TileInfo::make<Traits>(p, w.m_block);
+      // Hide that the thread index is the same every tile: otherwise the compiler hoists the
+      // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
+      int thread_here;
+      asm volatile("mov.b32 %0, %1;" : "=r"(thread_here) : "r"(thread));
+      Tensor o = partition_fragment_C(mma_pv, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+      constexpr int kRows = decltype(size<0>(rowcol_view(o)))::value;
+      OnlineSoftmax<kRows> softmax;
+      Consumer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state_k, state_v, tile, thread_here,
+                                    o, softmax, iteration);
+      Epilogue<Traits, Params>::run(p, smem, w.m_block, w.head, w.batch, thread_here, o,
+                                    softmax);
+    }
   }
 #endif
 }

@@ -22,6 +22,8 @@ struct KernelParams {
   int seqlen_q, seqlen_k, head_dim;
   int heads_per_kv_head;
   int num_m_blocks;
+  int heads, batch;
+  int num_units;  // work units of the persistent grid (scheduler.hpp)
   float scale_log2;
   bool causal;
   int causal_offset;  // key j is visible to query i iff j <= i + causal_offset (when causal)

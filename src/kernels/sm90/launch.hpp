@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "api/kernel_registry.hpp"
 #include "kernels/common/params.hpp"
 #include "kernels/sm90/kernel.hpp"
@@ -67,16 +69,27 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
       a.head_dim,
       a.heads_per_kv_head,
       (a.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+      a.heads,
+      a.batch,
+      0,
       a.scale_log2,
       a.window_right == 0,
       a.bottom_right ? a.seqlen_k - a.seqlen_q : 0};
+  p.num_units = TileScheduler::num_units(p);
 
   auto kernel = forward_kernel<Traits>;
   constexpr int smem_bytes = Traits::kSmemBytes;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
-  dim3 grid(p.num_m_blocks, a.heads, a.batch);
+  // Persistent grid: one CTA per SM (the shared-memory footprint allows no second one).
+  int device = 0, sms = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  // A/B switch for timing: one CTA per work unit, as before the persistent grid.
+  static bool const one_cta_per_unit = std::getenv("FLASHCUTE_SM90_NONPERSISTENT") != nullptr;
+  int const grid = p.num_units < sms || one_cta_per_unit ? p.num_units : sms;
   kernel<<<grid, Traits::kThreads, smem_bytes, stream>>>(p);
   return cudaGetLastError();
 }

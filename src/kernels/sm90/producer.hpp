@@ -1,6 +1,7 @@
 // The producer: one thread of the producer warpgroup issues every TMA load of a tile. Q arrives
-// once on its own barrier; K and V stream through their pipelines in the order the consumers
-// use them (last key block first).
+// once per tile on its own barrier; K and V stream through their pipelines in the order the
+// consumers use them (last key block first). The pipelines run on across tiles, so the next
+// tile's first K/V blocks load while the consumers finish the current one.
 #pragma once
 
 #include "kernels/sm90/tile_info.hpp"
@@ -15,8 +16,7 @@ struct Producer {
 
   CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem,
                               Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& state,
-                              TileInfo const& tile, int head, int batch) {
-    if (tile.n_block_max <= 0) return;
+                              TileInfo const& tile, int head, int batch, int iteration) {
     int kv_head = head / p.heads_per_kv_head;
 
     Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q)(_, _, head, batch);
@@ -32,19 +32,26 @@ struct Producer {
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
 
-    auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                    group_modes<0, 2>(gQ));
+    auto tQ = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                            group_modes<0, 2>(gQ));  // (global, shared); a lambda uses it below
     auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                     group_modes<0, 2>(gK));
     auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                     group_modes<0, 2>(gV));
 
-    smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
-    copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), tQg, tQs);
+    // Q is loaded for every tile, even one with no visible key, so that both sides count the
+    // Q buffer's phases the same way. Its first K block goes out before the wait for Q's buffer.
+    auto load_q = [&] {
+      if (iteration > 0) smem.bar_q_free.wait((iteration - 1) & 1);
+      smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
+      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
+    };
+    if (tile.n_block_max <= 0) load_q();
 
     for (int n = tile.n_block_max - 1; n >= 0; --n) {
       pipe_k.producer_acquire(state);
       copy(p.tma_k.with(*pipe_k.producer_get_barrier(state), 0), tKg(_, n), tKs(_, state.index()));
+      if (n == tile.n_block_max - 1) load_q();
       pipe_v.producer_acquire(state);
       copy(p.tma_v.with(*pipe_v.producer_get_barrier(state), 0), tVg(_, n), tVs(_, state.index()));
       ++state;

@@ -77,6 +77,17 @@ struct Traits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
+  // O leaves through shared memory. With its own buffer the producer may load the next tile's Q
+  // as soon as the last QK^T has read the current one (the epilogue then overlaps that load);
+  // where it does not fit (d 192, d 256) O borrows Q's buffer and the next Q waits for the
+  // epilogue.
+  static constexpr int kBytesQKV = int(kBytesQ + 2 * kStages * kBytesKV);
+  static constexpr bool kSeparateO = kBytesQKV + int(kBytesQ) + 1024 <= 227 * 1024;
+  struct NoBuffer {};
+  using OBuffer = std::conditional_t<kSeparateO,
+                                     cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>,
+                                     NoBuffer>;
+
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
@@ -86,7 +97,9 @@ struct Traits {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
-    cutlass::arch::ClusterTransactionBarrier bar_q;
+    cutlass::arch::ClusterTransactionBarrier bar_q;  // Q landed
+    cutlass::arch::ClusterBarrier bar_q_free;        // every consumer thread is done with Q
+    OBuffer o;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
 };
