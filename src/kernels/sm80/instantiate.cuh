@@ -3,7 +3,9 @@
 #pragma once
 
 #include "api/kernel_registry.hpp"
+#if !FLASHCUTE_FULL_TILE_SET
 #include "kernels/sm80/default_tiles.hpp"
+#endif
 #include "kernels/sm80/kernel.cuh"
 #include "kernels/sm80/traits.cuh"
 
