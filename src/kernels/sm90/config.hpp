@@ -19,7 +19,8 @@ template <class E> struct DefaultConfig<E, 128> { using type = Traits<E, 128, 12
 template <class E> struct DefaultConfig<E, 192> { using type = Traits<E, 192, 128, 96, 2, true>; };
 template <class E> struct DefaultConfig<E, 256> { using type = Traits<E, 256, 128, 80, 2, true>; };
 
-// A second tile, reachable with an explicit tile request, for A/B timing on the device.
+// A second tile: the default entry runs it for short causal problems (launch_short_causal), and
+// an explicit tile request reaches it directly.
 template <class E, int kHeadDim> struct AlternativeConfig { using type = void; };
 template <class E> struct AlternativeConfig<E, 64> { using type = Traits<E, 64, 128, 128, 2, true>; };
 
@@ -29,8 +30,11 @@ template <class E> struct AlternativeConfig<E, 64> { using type = Traits<E, 64, 
 #define FLASHCUTE_SM90_INSTANTIATE(element, dtype_name, fc_dtype_value, hd)                    \
   namespace flashcute::sm90 {                                                                 \
   void register_##dtype_name##_hd##hd(KernelTable& table) {                                   \
-    table.push_back(make_entry<typename DefaultConfig<element, hd>::type>(fc_dtype_value));   \
+    using Default = typename DefaultConfig<element, hd>::type;                                \
     using Alt = typename AlternativeConfig<element, hd>::type;                                \
+    KernelEntry entry = make_entry<Default>(fc_dtype_value);                                  \
+    if constexpr (!std::is_void_v<Alt>) entry.launch = &launch_short_causal<Default, Alt>;    \
+    table.push_back(entry);                                                                   \
     if constexpr (!std::is_void_v<Alt>) table.push_back(make_entry<Alt>(fc_dtype_value));     \
   }                                                                                           \
   }

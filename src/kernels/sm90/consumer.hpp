@@ -93,7 +93,16 @@ struct Consumer {
     for (--n; n >= 0; --n) {
       pipe_k.consumer_wait(state_k);
       turns.wait();
-      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
+      if constexpr (Traits::kConsumerWarpgroups == 3) {
+        // At 160 registers a thread cannot keep Q's descriptors across the loop (ptxas spilled
+        // them): rebuild them from an index the compiler cannot hoist; a few integer ops.
+        int t;
+        asm volatile("mov.b32 %0, %1;" : "=r"(t) : "r"(thread));
+        Tensor q_desc = mma_qk.get_thread_slice(t).partition_fragment_A(sQ);
+        warpgroup_gemm<true, -1>(mma_qk, q_desc, tSrK(_, _, _, state_k.index()), s);
+      } else {
+        warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
+      }
       pipe_v.consumer_wait(state_v);
       if (first_pv) {
         warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
