@@ -138,7 +138,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // One key block, n, then the prefetch of the next one's K (none when next < 0). Masked steps
   // check every score and the key rows they load; the others, the bulk of a long sequence, carry
   // neither cost (an unmasked block is never the partial last one).
-  const auto key_block_step = [&](int n, int next, auto masked) {
+  // Forced inline: outlined (as ptxas chose for the widest tiles), the accumulators would pass
+  // through local memory on every call.
+  const auto key_block_step = [&](int n, int next, auto masked) __attribute__((always_inline)) {
     constexpr bool kMasked = decltype(masked)::value;
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
     clear(acc_s);
