@@ -15,6 +15,7 @@
 #include "flashcute/flashcute.h"
 #include "reference/compare.hpp"
 #include "reference/cpu_reference.hpp"
+#include "reference/forward_args.hpp"
 #include "reference/gpu_reference.hpp"
 #include "reference/host_data.hpp"
 #include "reference/poison.hpp"
@@ -127,8 +128,7 @@ struct Buffers {
 };
 
 fc_forward_args make_args(const Options& o, const Problem& p, const Buffers& buf, int set) {
-  fc_forward_args a;
-  fc_forward_args_init(&a);
+  fc_forward_args a = flashcute::ref::forward_args_for(p, o.dtype);
   const int64_t D = p.head_dim;
   auto tensor = [&](uint16_t* base, int64_t elems, int64_t seqlen, int64_t heads) {
     return fc_tensor{base + set * elems, seqlen * heads * D, heads * D, D};
@@ -137,25 +137,10 @@ fc_forward_args make_args(const Options& o, const Problem& p, const Buffers& buf
   a.k = tensor(buf.k, buf.kv_elems, p.seqlen_k, p.heads_k);
   a.v = tensor(buf.v, buf.kv_elems, p.seqlen_k, p.heads_k);
   a.o = tensor(buf.o, buf.o_elems, p.seqlen_q, p.heads);
-  a.dtype = o.dtype;
-  a.batch = p.batch;
-  a.seqlen_q = p.seqlen_q;
-  a.seqlen_k = p.seqlen_k;
-  a.heads = p.heads;
-  a.heads_k = p.heads_k;
-  a.head_dim = p.head_dim;
   a.cu_seqlens_q = buf.cu_q;
   a.cu_seqlens_k = buf.cu_k;
-  a.total_q = p.out_rows();
   a.softmax_lse = o.lse ? buf.lse : nullptr;
-  a.softmax_scale = p.softmax_scale;
-  a.causal = p.causal;
-  a.causal_alignment = o.causal_alignment;
-  a.window_left = p.window_left;
-  a.window_right = p.window_right;
-  a.softcap = p.softcap;
   a.alibi_slopes = buf.slopes;
-  a.alibi_batch_stride = 0;
   a.tile = o.auto_tile ? fc_tile_config{0, 0, 0}
                        : fc_tile_config{o.m_block_size, o.n_block_size, o.num_threads};
   a.family = o.family;

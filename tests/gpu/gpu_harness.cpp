@@ -10,6 +10,7 @@
 
 #include "reference/compare.hpp"
 #include "reference/cpu_reference.hpp"
+#include "reference/forward_args.hpp"
 #include "reference/gpu_reference.hpp"
 #include "reference/poison.hpp"
 
@@ -258,8 +259,7 @@ std::vector<KernelChoice> kernel_choices(fc_dtype dtype, int head_dim) {
 
 fc_forward_args forward_args(const Inputs& in, void* o, float* lse, const KernelChoice& k) {
   const ref::Problem& p = in.c.problem;
-  fc_forward_args a;
-  fc_forward_args_init(&a);
+  fc_forward_args a = ref::forward_args_for(p, in.c.dtype);
   auto tensor = [](void* base, const ref::Layout& l) {
     return fc_tensor{base, l.batch_stride, l.seq_stride, l.head_stride};
   };
@@ -268,27 +268,12 @@ fc_forward_args forward_args(const Inputs& in, void* o, float* lse, const Kernel
   a.k = tensor(base + 2 * in.k_offset, in.k_layout);
   a.v = tensor(base + 2 * in.v_offset, in.v_layout);
   a.o = tensor(o, in.o_layout);
-  a.dtype = in.c.dtype;
-  a.batch = p.batch;
-  a.seqlen_q = p.seqlen_q;
-  a.seqlen_k = p.seqlen_k;
-  a.heads = p.heads;
-  a.heads_k = p.heads_k;
-  a.head_dim = p.head_dim;
   if (p.varlen()) {
     a.cu_seqlens_q = reinterpret_cast<const int32_t*>(in.cu_q->get());
     a.cu_seqlens_k = reinterpret_cast<const int32_t*>(in.cu_k->get());
-    a.total_q = p.out_rows();
   }
   a.softmax_lse = lse;
-  a.softmax_scale = p.softmax_scale;
-  a.causal = p.causal;
-  a.causal_alignment = p.bottom_right ? FC_CAUSAL_BOTTOM_RIGHT : FC_CAUSAL_TOP_LEFT;
-  a.window_left = p.window_left;
-  a.window_right = p.window_right;
-  a.softcap = p.softcap;
   a.alibi_slopes = in.slopes ? reinterpret_cast<const float*>(in.slopes->get()) : nullptr;
-  a.alibi_batch_stride = p.alibi_batch_stride;
   a.tile = k.tile;
   a.family = k.family;
   return a;
