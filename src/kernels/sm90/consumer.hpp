@@ -27,8 +27,8 @@ struct Consumer {
   template <class FragO, class Softmax>
   CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem,
                               Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& state_k,
-                              PipelineState& state_v, TileInfo const& tile, int thread, FragO& o,
-                              Softmax& softmax, int iteration) {
+                              PipelineState& state_v, WorkTile const& work, TileInfo const& tile,
+                              int thread, FragO& o, Softmax& softmax, int iteration) {
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(thread);
@@ -62,9 +62,12 @@ struct Consumer {
     // Scores of a block become probabilities in place; masked blocks (and a negative scale)
     // take the slower path that scales every score first.
     auto softmax_step = [&](int n, float (&correction)[kRows]) {
-      if (negative_scale || tile.needs_mask<Traits>(p, n)) {
-        scale_and_mask(s_rc, coords, p.scale_log2, row0, n * kBlockN, p.seqlen_k, p.causal,
-                       p.causal_offset);
+      if (negative_scale || n >= tile.n_block_mask) {
+        // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
+        // across the loop; dense problems take it from the parameters.
+        TileInfo const seq = TileInfo::make<Traits>(p, work);
+        scale_and_mask(s_rc, coords, p.scale_log2, row0, seq.key0<Traits>(p, n), n * kBlockN,
+                       seq.seqlen_k, p.causal, seq.causal_offset(p));
         softmax.update(s_rc, 1.f, correction);
       } else {
         softmax.update(s_rc, p.scale_log2, correction);

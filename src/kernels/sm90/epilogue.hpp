@@ -1,12 +1,14 @@
 // The epilogue of one consumer warpgroup: normalise O, write the log-sum-exp, stage O in shared
 // memory (O's own buffer, or else the warpgroup's own rows of Q's buffer, free once its last
-// QK^T finished) and copy it out with 16-byte stores, skipping rows past seqlen_q and columns
-// past head_dim. When O borrowed Q's buffer, the copy-out is what frees Q for the next tile.
+// QK^T finished) and copy it out with 16-byte stores, skipping rows past the sequence's seqlen_q
+// (in a packed batch they are the next sequence's) and columns past head_dim. When O borrowed Q's
+// buffer, the copy-out is what frees Q for the next tile.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
 
 #include "kernels/sm90/fragment.hpp"
+#include "kernels/sm90/tile_info.hpp"
 #include "kernels/sm90/traits.hpp"
 
 namespace flashcute::sm90 {
@@ -18,8 +20,9 @@ struct Epilogue {
   static constexpr int kHeadDim = Traits::kHeadDim;
 
   template <class FragO, class Softmax>
-  CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem, int m_block,
-                              int head, int batch, int thread, FragO& o, Softmax& softmax) {
+  CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem,
+                              TileInfo const& tile, int head, int thread, FragO& o,
+                              Softmax& softmax) {
     typename Traits::TiledMmaPV mma_pv;
     auto thr_pv = mma_pv.get_thread_slice(thread);
     Tensor o_rc = rowcol_view(o);
@@ -34,13 +37,15 @@ struct Epilogue {
       for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= inv_sum[r];
     }
 
-    int const row0 = m_block * kBlockM;
+    int const row0 = tile.m_block * kBlockM;
     if (p.lse != nullptr && thread % 4 == 0) {
-      float* lse_ptr = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
+      // Packed: (heads, total_q) with the batch stride 0, so the token index places the row.
+      float* lse_ptr = p.lse + tile.batch * p.lse_batch_stride + head * p.lse_head_stride +
+                       tile.q_start;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         int row = row0 + get<0>(coords(r, 0));
-        if (row < p.seqlen_q) lse_ptr[row] = lse[r];
+        if (row < tile.seqlen_q) lse_ptr[row] = lse[r];
       }
     }
 
@@ -74,14 +79,15 @@ struct Epilogue {
     // straddles a swizzle unit, so it is contiguous in shared memory too.
     constexpr int kChunksPerRow = kHeadDim / 8;
     constexpr int kChunks = 64 * kChunksPerRow;
-    Element* o_ptr = p.o + batch * p.o_batch_stride + head * p.o_head_stride;
+    Element* o_ptr = p.o + tile.batch * p.o_batch_stride + int64_t(tile.q_start) * p.o_row_stride +
+                     head * p.o_head_stride;
     int const local = thread % 128;
     CUTE_UNROLL
     for (int i = local; i < kChunks; i += 128) {
       int r = warpgroup * 64 + i / kChunksPerRow;
       int c = (i % kChunksPerRow) * 8;
       int row = row0 + r;
-      if (row < p.seqlen_q && c < p.head_dim) {
+      if (row < tile.seqlen_q && c < p.head_dim) {
         uint4 v = *reinterpret_cast<uint4 const*>(&sO(r, c));
         *reinterpret_cast<uint4*>(o_ptr + row * p.o_row_stride + c) = v;
       }

@@ -49,12 +49,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
       PipelineState state = cutlass::make_producer_start_state<Pipeline>();
-      int iteration = 0;
-      for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p), ++iteration) {
+      int iteration = 0;  // tiles run so far (skipped ones do not count)
+      for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p)) {
         WorkTile const w = sched.get(p);
-        TileInfo const tile = TileInfo::make<Traits>(p, w.m_block);
-        Producer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state, tile, w.head, w.batch,
-                                      iteration);
+        TileInfo const tile = TileInfo::make<Traits>(p, w);
+        if (tile.empty<Traits>()) continue;
+        Producer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state, tile, w.head, iteration);
+        ++iteration;
       }
     }
   } else {
@@ -62,10 +63,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     int const thread = threadIdx.x - 128;
     PipelineState state_k, state_v;
     typename Traits::TiledMmaPV mma_pv;
-    int iteration = 0;
-    for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p), ++iteration) {
+    int iteration = 0;  // tiles run so far (skipped ones do not count)
+    for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p)) {
       WorkTile const w = sched.get(p);
-      TileInfo const tile = TileInfo::make<Traits>(p, w.m_block);
+      TileInfo const tile = TileInfo::make<Traits>(p, w);
+      if (tile.empty<Traits>()) continue;
       // Hide that the thread index is the same every tile: otherwise the compiler hoists the
       // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
       int thread_here;
@@ -73,10 +75,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor o = partition_fragment_C(mma_pv, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
       constexpr int kRows = decltype(size<0>(rowcol_view(o)))::value;
       OnlineSoftmax<kRows> softmax;
-      Consumer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state_k, state_v, tile, thread_here,
-                                    o, softmax, iteration);
-      Epilogue<Traits, Params>::run(p, smem, w.m_block, w.head, w.batch, thread_here, o,
-                                    softmax);
+      Consumer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state_k, state_v, w, tile,
+                                    thread_here, o, softmax, iteration);
+      // The tile's sequence is looked up again rather than kept across the main loop, where
+      // the consumers have no register to spare.
+      Epilogue<Traits, Params>::run(p, smem, TileInfo::make<Traits>(p, w), w.head, thread_here,
+                                    o, softmax);
+      ++iteration;
     }
   }
 #endif

@@ -1,5 +1,5 @@
 // What the device code receives: TMA descriptors for the loads (passed by value, __grid_constant__),
-// plain pointers for the stores, and the mask geometry.
+// plain pointers for the stores, the sequence offsets of a packed batch, and the mask geometry.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +19,19 @@ struct KernelParams {
   float* lse;  // null = not requested
   int64_t lse_batch_stride, lse_head_stride;
 
-  int seqlen_q, seqlen_k, head_dim;
+  int seqlen_q, seqlen_k;  // the maxima when packed
+  int head_dim;
   int heads_per_kv_head;
-  int num_m_blocks;
-  int heads, batch;
-  int num_units;  // work units of the persistent grid (scheduler.hpp)
+  int num_m_blocks;  // of the longest sequence when packed
+  int heads, batch;  // batch = number of sequences when packed
+  int num_units;     // work units of the persistent grid (scheduler.hpp)
+  // Packed variable-length batch: token offsets of each sequence (batch + 1 entries); null when
+  // dense. The TMA descriptors then span all tokens with a batch extent of 1 (tile_info.hpp).
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
   float scale_log2;
   bool causal;
-  int causal_offset;  // key j is visible to query i iff j <= i + causal_offset (when causal)
+  bool bottom_right;  // causal diagonal at key = query + seqlen_k - seqlen_q of each sequence
 };
 
 }  // namespace flashcute::sm90

@@ -16,28 +16,39 @@ struct Producer {
 
   CUTE_DEVICE static void run(Params const& p, typename Traits::SharedStorage& smem,
                               Pipeline& pipe_k, Pipeline& pipe_v, PipelineState& state,
-                              TileInfo const& tile, int head, int batch, int iteration) {
+                              TileInfo const& tile, int head, int iteration) {
+    using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+    using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
     int kv_head = head / p.heads_per_kv_head;
 
-    Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q)(_, _, head, batch);
-    Tensor mK = p.tma_k.get_tma_tensor(p.shape_k)(_, _, kv_head, batch);
-    Tensor mV = p.tma_v.get_tma_tensor(p.shape_k)(_, _, kv_head, batch);
-    Tensor gQ = local_tile(mQ, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{},
-                           make_coord(tile.m_block, _0{}));
-    Tensor gK = local_tile(mK, Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{},
-                           make_coord(_, _0{}));  // (N, D, n_blocks)
-    Tensor gV = local_tile(mV, Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{},
-                           make_coord(_, _0{}));
+    // Row 0 of these views is the sequence's first token (packed) or row (dense).
+    Tensor mQ = domain_offset(make_coord(tile.q_start, _0{}),
+                              p.tma_q.get_tma_tensor(p.shape_q)(_, _, head, tile.batch));
+    Tensor mK = domain_offset(make_coord(tile.k_start, _0{}),
+                              p.tma_k.get_tma_tensor(p.shape_k)(_, _, kv_head, tile.batch));
+    Tensor mV = domain_offset(make_coord(tile.k_start, _0{}),
+                              p.tma_v.get_tma_tensor(p.shape_k)(_, _, kv_head, tile.batch));
+    Tensor gQ = local_tile(mQ, TileQ{}, make_coord(tile.m_block, _0{}));
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
 
     auto tQ = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                             group_modes<0, 2>(gQ));  // (global, shared); a lambda uses it below
-    auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                    group_modes<0, 2>(gK));
-    auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                    group_modes<0, 2>(gV));
+    // (global, shared) partitions of K and V blocks: block n starts at key n * kBlockN, except a
+    // packed sequence's partial last block (tile.key0), which a second view shifted back by
+    // less than a block provides.
+    int const n_last = (tile.seqlen_k - 1) / Traits::kBlockN;
+    int const shift = tile.key0<Traits>(p, n_last) - n_last * Traits::kBlockN;
+    auto kv_blocks = [&](auto const& tma, auto const& mX, auto const& sX, int offset) {
+      Tensor gX = local_tile(domain_offset(make_coord(offset, _0{}), mX), TileKV{},
+                             make_coord(_, _0{}));  // (N, D, n_blocks)
+      return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sX), group_modes<0, 2>(gX));
+    };
+    auto [tKg, tKs] = kv_blocks(p.tma_k, mK, sK, 0);
+    auto [tVg, tVs] = kv_blocks(p.tma_v, mV, sV, 0);
+    Tensor tKg_last = get<0>(kv_blocks(p.tma_k, mK, sK, shift));
+    Tensor tVg_last = get<0>(kv_blocks(p.tma_v, mV, sV, shift));
 
     // Q is loaded for every tile, even one with no visible key, so that both sides count the
     // Q buffer's phases the same way. Its first K block goes out before the wait for Q's buffer.
@@ -49,11 +60,14 @@ struct Producer {
     if (tile.n_block_max <= 0) load_q();
 
     for (int n = tile.n_block_max - 1; n >= 0; --n) {
+      bool const last = n == n_last;
       pipe_k.producer_acquire(state);
-      copy(p.tma_k.with(*pipe_k.producer_get_barrier(state), 0), tKg(_, n), tKs(_, state.index()));
+      copy(p.tma_k.with(*pipe_k.producer_get_barrier(state), 0), last ? tKg_last(_, n) : tKg(_, n),
+           tKs(_, state.index()));
       if (n == tile.n_block_max - 1) load_q();
       pipe_v.producer_acquire(state);
-      copy(p.tma_v.with(*pipe_v.producer_get_barrier(state), 0), tVg(_, n), tVs(_, state.index()));
+      copy(p.tma_v.with(*pipe_v.producer_get_barrier(state), 0), last ? tVg_last(_, n) : tVg(_, n),
+           tVs(_, state.index()));
       ++state;
     }
   }

@@ -84,19 +84,23 @@ struct OnlineSoftmax {
 };
 
 // Scales raw scores by scale_log2 and hides (row, key) pairs outside the mask with -inf.
-// coords: the identity tensor of the tile partitioned like s, giving (row, key) within the tile.
+// coords: the identity tensor of the tile partitioned like s, giving (row, column) within the
+// tile. Column c holds key key0 + c; keys below key_lo (rows of a shifted last block that belong
+// to the block before, tile_info.hpp) are hidden too. Visible: key_lo <= key < limit(row), tested
+// as one unsigned compare of key - key_lo against the row's span (so no extra work per score).
 template <class Tensor, class Coords>
 CUTE_DEVICE void scale_and_mask(Tensor& s, Coords const& coords, float scale_log2, int row0,
-                                int key0, int seqlen_k, bool causal, int causal_offset) {
+                                int key0, int key_lo, int seqlen_k, bool causal, int causal_offset) {
   CUTE_UNROLL
   for (int r = 0; r < size<0>(s); ++r) {
     int row = row0 + get<0>(coords(r, 0));
     int limit = seqlen_k;
     if (causal) limit = min(limit, row + causal_offset + 1);
+    unsigned const span = unsigned(max(limit - key_lo, 0));
     CUTE_UNROLL
     for (int c = 0; c < size<1>(s); ++c) {
       int key = key0 + get<1>(coords(r, c));
-      s(r, c) = key < limit ? s(r, c) * scale_log2 : -INFINITY;
+      s(r, c) = unsigned(key - key_lo) < span ? s(r, c) * scale_log2 : -INFINITY;
     }
   }
 }
