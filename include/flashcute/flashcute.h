@@ -31,7 +31,7 @@ typedef enum { FC_CAUSAL_TOP_LEFT = 0, FC_CAUSAL_BOTTOM_RIGHT = 1 } fc_causal_al
 /* Kernel families. SM80: the FlashAttention-2 design (mma.sync), any sm_80+ device, every feature
  * of this header. SM90: Hopper (TMA, wgmma, warp specialisation), sm_90a builds on compute
  * capability 9.0, head_dim buckets 64/96/128/192/256, fp16/bf16, causal of either alignment, GQA,
- * LSE; it does not (yet) take variable-length batches, local windows, softcap or ALiBi. AUTO tries
+ * LSE, variable-length batches; it does not (yet) take local windows, softcap or ALiBi. AUTO tries
  * SM90 first on a 9.0 device and falls back to SM80 by itself; forcing SM90 on what it lacks gives
  * FC_ERROR_UNSUPPORTED. */
 typedef enum { FC_FAMILY_AUTO = 0, FC_FAMILY_SM80 = 80, FC_FAMILY_SM90 = 90 } fc_kernel_family;
