@@ -11,14 +11,15 @@
 namespace flashcute {
 
 struct DeviceLimits {
-  int compute_capability;  // major * 10 + minor
+  int compute_capability;     // major * 10 + minor
   size_t max_smem_per_block;  // the opt-in limit
 };
 
 Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
                      const DeviceLimits& device, const KernelEntry*& selected);
 
-// The tile the automatic choice takes for (family, dtype, head_dim), or false when none is compiled.
+// The tile the automatic choice takes for (family, dtype, head_dim), or false when none is
+// compiled.
 bool default_tile_for(fc_kernel_family family, fc_dtype dtype, int head_dim, fc_tile_config& tile);
 
 std::vector<const KernelEntry*> entries_for(fc_kernel_family family, fc_dtype dtype, int head_dim);

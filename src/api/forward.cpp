@@ -37,7 +37,8 @@ class DeviceGuard {
 Status device_limits(int device, DeviceLimits& limits) {
   int major = 0, minor = 0, smem = 0;
   cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   if (err == cudaSuccess) {
     err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   }
@@ -72,7 +73,8 @@ Status forward(const ForwardArgs& args) {
   return {};
 }
 
-std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype, int head_dim) {
+std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype,
+                                              int head_dim) {
   std::vector<TileConfig> out;
   for (const KernelEntry* e : entries_for(family, dtype, head_dim)) out.push_back(e->tile);
   return out;

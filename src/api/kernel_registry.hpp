@@ -14,7 +14,8 @@
 namespace flashcute {
 
 using LaunchFn = cudaError_t (*)(const AttentionParams& params, cudaStream_t stream);
-// Features a family may lack (variable length, windows, ALiBi, ...): false sends dispatch elsewhere.
+// Features a family may lack (variable length, windows, ALiBi, ...): false sends dispatch
+// elsewhere.
 using SupportsFn = bool (*)(const AttentionParams& params);
 
 struct KernelEntry {
@@ -22,7 +23,7 @@ struct KernelEntry {
   fc_dtype dtype;
   int head_dim;  // the padded head_dim it is built for; a problem runs on the smallest >= d
   fc_tile_config tile;
-  size_t smem_bytes;  // dynamic shared memory per block
+  size_t smem_bytes;           // dynamic shared memory per block
   int min_compute_capability;  // 80 for the SM80 family, 90 for Hopper
   LaunchFn launch;
   SupportsFn supports;  // null = supports everything

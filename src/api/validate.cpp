@@ -19,7 +19,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 Status check_tensor(const char* name, const fc_tensor& t, int64_t batch, int64_t seqlen,
                     int64_t heads) {
   if (t.data == nullptr) return invalid(std::string(name) + ": data pointer is null");
-  if (!aligned16(t.data)) return invalid(std::string(name) + ": data pointer is not 16-byte aligned");
+  if (!aligned16(t.data))
+    return invalid(std::string(name) + ": data pointer is not 16-byte aligned");
   const int64_t strides[3] = {t.batch_stride, t.seq_stride, t.head_stride};
   const int64_t extents[3] = {batch, seqlen, heads};
   const char* stride_names[3] = {"batch_stride", "seq_stride", "head_stride"};
@@ -42,13 +43,17 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
                    " (call fc_forward_args_init)");
   }
   if (a.dtype != FC_FLOAT16 && a.dtype != FC_BFLOAT16) {
-    return invalid("dtype: must be FC_FLOAT16 or FC_BFLOAT16 (got " + std::to_string(a.dtype) + ")");
+    return invalid("dtype: must be FC_FLOAT16 or FC_BFLOAT16 (got " + std::to_string(a.dtype) +
+                   ")");
   }
-  const struct { const char* name; int64_t value; } sizes[] = {
-      {"batch", a.batch},       {"seqlen_q", a.seqlen_q}, {"seqlen_k", a.seqlen_k},
-      {"heads", a.heads},       {"heads_k", a.heads_k},   {"head_dim", a.head_dim}};
+  const struct {
+    const char* name;
+    int64_t value;
+  } sizes[] = {{"batch", a.batch}, {"seqlen_q", a.seqlen_q}, {"seqlen_k", a.seqlen_k},
+               {"heads", a.heads}, {"heads_k", a.heads_k},   {"head_dim", a.head_dim}};
   for (const auto& s : sizes) {
-    if (s.value < 0) return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
+    if (s.value < 0)
+      return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
     if (s.value > INT_MAX) return invalid(std::string(s.name) + " exceeds 2^31 - 1");
   }
   if (a.batch > 65535) return invalid("batch: at most 65535");
@@ -86,7 +91,8 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
   const fc_tile_config& t = a.tile;
   const bool auto_tile = t.m_block == 0 && t.n_block == 0 && t.num_threads == 0;
   if (!auto_tile && (t.m_block <= 0 || t.n_block <= 0 || t.num_threads <= 0)) {
-    return invalid("tile: m_block, n_block and num_threads must all be positive, or all 0 (automatic)");
+    return invalid(
+        "tile: m_block, n_block and num_threads must all be positive, or all 0 (automatic)");
   }
 
   // Nothing to compute: the caller's tensors may then be empty (null) too.
@@ -153,23 +159,25 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
 Status find_tensor_device(const ForwardArgs& a, int& device) {
   device = -1;
   const bool read_kv = a.seqlen_k > 0;
-  const struct { const char* name; const void* ptr; } tensors[] = {
-      {"q", a.q.data},
-      {"k", read_kv ? a.k.data : nullptr},
-      {"v", read_kv ? a.v.data : nullptr},
-      {"o", a.o.data},
-      {"softmax_lse", a.softmax_lse},
-      {"cu_seqlens_q", a.cu_seqlens_q},
-      {"cu_seqlens_k", a.cu_seqlens_k},
-      {"alibi_slopes", a.alibi_slopes}};
+  const struct {
+    const char* name;
+    const void* ptr;
+  } tensors[] = {{"q", a.q.data},
+                 {"k", read_kv ? a.k.data : nullptr},
+                 {"v", read_kv ? a.v.data : nullptr},
+                 {"o", a.o.data},
+                 {"softmax_lse", a.softmax_lse},
+                 {"cu_seqlens_q", a.cu_seqlens_q},
+                 {"cu_seqlens_k", a.cu_seqlens_k},
+                 {"alibi_slopes", a.alibi_slopes}};
   for (const auto& t : tensors) {
     if (t.ptr == nullptr) continue;
     cudaPointerAttributes attr{};
     const cudaError_t err = cudaPointerGetAttributes(&attr, t.ptr);
     if (err != cudaSuccess) {
       cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
-      return {FC_ERROR_CUDA, std::string(t.name) + ": cannot query the pointer (" +
-                                 cudaGetErrorString(err) + ")"};
+      return {FC_ERROR_CUDA,
+              std::string(t.name) + ": cannot query the pointer (" + cudaGetErrorString(err) + ")"};
     }
     if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
       return invalid(std::string(t.name) + " is not CUDA device memory");
