@@ -92,7 +92,9 @@ const char* fc_last_error(void);
 int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim, fc_tile_config* out,
                                  int32_t capacity);
 
-/* The tile configuration the automatic choice takes for (family, dtype, head_dim). */
+/* The tile configuration the automatic choice takes within a family for (dtype, head_dim).
+ * FC_FAMILY_AUTO answers for the SM80 family; on a compute capability 9.0 device an automatic call
+ * may run the Hopper family instead (with that family's own tile). */
 fc_status fc_default_tile_config(int32_t family, int32_t dtype, int32_t head_dim, fc_tile_config* out);
 
 #ifdef __cplusplus
