@@ -37,8 +37,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   typename Pipeline::Params pipe_params;
   pipe_params.transaction_bytes = Traits::kBytesKV;
-  pipe_params.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer
-                                    : Pipeline::ThreadCategory::Consumer;
+  pipe_params.role =
+      warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pipe_params.is_leader = threadIdx.x == 0;
   pipe_params.num_consumers = Traits::kConsumerThreads;
   Pipeline pipe_k(smem.pipe_k, pipe_params, Shape<_1, _1, _1>{});
@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (threadIdx.x == 0) {
       PipelineState state = cutlass::make_producer_start_state<Pipeline>();
       int iteration = 0;  // tiles run so far (skipped ones do not count)
-      for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p)) {
+      for (TileScheduler sched(p, int(blockIdx.x)); sched.valid(p);
+           sched.advance(p, int(gridDim.x))) {
         WorkTile const w = sched.get(p);
         TileInfo const tile = TileInfo::make<Traits>(p, w);
         if (tile.empty<Traits>()) continue;
@@ -64,7 +65,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     PipelineState state_k, state_v;
     typename Traits::TiledMmaPV mma_pv;
     int iteration = 0;  // tiles run so far (skipped ones do not count)
-    for (TileScheduler sched(blockIdx.x); sched.valid(p); sched.advance(p)) {
+    for (TileScheduler sched(p, int(blockIdx.x)); sched.valid(p);
+         sched.advance(p, int(gridDim.x))) {
       WorkTile const w = sched.get(p);
       TileInfo const tile = TileInfo::make<Traits>(p, w);
       if (tile.empty<Traits>()) continue;
@@ -75,12 +77,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       Tensor o = partition_fragment_C(mma_pv, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
       constexpr int kRows = decltype(size<0>(rowcol_view(o)))::value;
       OnlineSoftmax<kRows> softmax;
-      Consumer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state_k, state_v, w, tile,
-                                    thread_here, o, softmax, iteration);
+      Consumer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state_k, state_v, w, tile, thread_here,
+                                    o, softmax, iteration);
       // The tile's sequence is looked up again rather than kept across the main loop, where
       // the consumers have no register to spare.
-      Epilogue<Traits, Params>::run(p, smem, TileInfo::make<Traits>(p, w), w.head, thread_here,
-                                    o, softmax);
+      Epilogue<Traits, Params>::run(p, smem, TileInfo::make<Traits>(p, w), w.head, thread_here, o,
+                                    softmax);
       ++iteration;
     }
   }

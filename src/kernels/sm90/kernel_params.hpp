@@ -1,5 +1,6 @@
-// What the device code receives: TMA descriptors for the loads (passed by value, __grid_constant__),
-// plain pointers for the stores, the sequence offsets of a packed batch, and the mask geometry.
+// What the device code receives: TMA descriptors for the loads (passed by value,
+// __grid_constant__), plain pointers for the stores, the sequence offsets of a packed batch, and
+// the mask geometry.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,8 @@ namespace flashcute::sm90 {
 
 template <class Traits>
 struct KernelParams {
+  static constexpr int kBlockM = Traits::kBlockM;
+
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
@@ -24,7 +27,7 @@ struct KernelParams {
   int heads_per_kv_head;
   int num_m_blocks;  // of the longest sequence when packed
   int heads, batch;  // batch = number of sequences when packed
-  int num_units;     // work units of the persistent grid (scheduler.hpp)
+  int num_units;     // work units of the persistent grid (scheduler.hpp); a bound when packed
   // Packed variable-length batch: token offsets of each sequence (batch + 1 entries); null when
   // dense. The TMA descriptors then span all tokens with a batch extent of 1 (tile_info.hpp).
   const int32_t* cu_seqlens_q;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 
 #include "api/kernel_registry.hpp"
 #include "kernels/common/params.hpp"
@@ -84,12 +83,15 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
   auto smem_kv = take<0, 2>(typename Traits::SmemLayoutKV{});
 
   KernelParams<Traits> p{
-      make_tma_copy(SM90_TMA_LOAD{}, gmem(a.q, shape_q, a.q_row_stride, a.q_head_stride, q_batch_stride),
+      make_tma_copy(SM90_TMA_LOAD{},
+                    gmem(a.q, shape_q, a.q_row_stride, a.q_head_stride, q_batch_stride),
                     typename Traits::SmemLayoutQ{}, box_q, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem(k_ptr, shape_kv_desc, k_strides[0], k_strides[1], k_strides[2]),
-                    smem_kv, box_kv, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem(v_ptr, shape_kv_desc, v_strides[0], v_strides[1], v_strides[2]),
-                    smem_kv, box_kv, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{},
+                    gmem(k_ptr, shape_kv_desc, k_strides[0], k_strides[1], k_strides[2]), smem_kv,
+                    box_kv, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{},
+                    gmem(v_ptr, shape_kv_desc, v_strides[0], v_strides[1], v_strides[2]), smem_kv,
+                    box_kv, _1{}),
       shape_q,
       shape_kv_desc,
       static_cast<Element*>(a.o),
@@ -124,9 +126,7 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  // A/B switch for timing: one CTA per work unit, as before the persistent grid.
-  static bool const one_cta_per_unit = std::getenv("FLASHCUTE_SM90_NONPERSISTENT") != nullptr;
-  int const grid = p.num_units < sms || one_cta_per_unit ? p.num_units : sms;
+  int const grid = std::min(p.num_units, sms);
   kernel<<<grid, Traits::kThreads, smem_bytes, stream>>>(p);
   return cudaGetLastError();
 }
