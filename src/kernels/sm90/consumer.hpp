@@ -42,7 +42,8 @@ struct Consumer {
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor s_rc = rowcol_view(s);
-    Tensor coords = rowcol_view(thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+    Tensor coords =
+        rowcol_view(thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
     Tensor o_rc = rowcol_view(o);
     constexpr int kRows = decltype(size<0>(s_rc))::value;
 
@@ -61,7 +62,7 @@ struct Consumer {
     bool const negative_scale = p.scale_log2 < 0.f;
     // Scores of a block become probabilities in place; masked blocks (and a negative scale)
     // take the slower path that scales every score first.
-    auto softmax_step = [&](int n, float (&correction)[kRows]) {
+    auto softmax_step = [&](int n, float(&correction)[kRows]) {
       if (negative_scale || n >= tile.n_block_mask) {
         // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
         // across the loop; dense problems take it from the parameters.
@@ -74,9 +75,8 @@ struct Consumer {
       }
     };
 
-    TurnTaking<Traits::kPingPong> turns{thread / 128};
-    turns.start();
-
+    // The turns started once per kernel (kernel.hpp) and run on across tiles.
+    TurnTaking<Traits::kPingPong> const turns{thread / 128};
     int n = tile.n_block_max - 1;
     float correction[kRows];
     pipe_k.consumer_wait(state_k);
@@ -139,7 +139,7 @@ struct Consumer {
     } else {
       warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
     }
-    turns.pass(/*last=*/true);
+    turns.pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(o);
     pipe_v.consumer_release(state_v);

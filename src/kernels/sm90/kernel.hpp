@@ -64,6 +64,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     int const thread = threadIdx.x - 128;
     PipelineState state_k, state_v;
     typename Traits::TiledMmaPV mma_pv;
+    TurnTaking<Traits::kPingPong> const turns{thread / 128};
+    turns.start();
     int iteration = 0;  // tiles run so far (skipped ones do not count)
     for (TileScheduler sched(p, int(blockIdx.x)); sched.valid(p);
          sched.advance(p, int(gridDim.x))) {
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                     softmax);
       ++iteration;
     }
+    turns.finish();
   }
 #endif
 }

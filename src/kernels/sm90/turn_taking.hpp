@@ -1,7 +1,9 @@
 // Ping-pong between the two consumer warpgroups: a warpgroup issues its GEMMs only on its turn
 // and hands the turn over right after issuing, so the tensor cores run one warpgroup's GEMMs
 // while the other computes its softmax. Two named barriers (256 threads: one side syncs, the
-// other arrives) carry the turns.
+// other arrives) carry the turns. The turns run on across tiles: both warpgroups take the same
+// number of turns per tile, so warpgroup 0 starts the next tile's first QK^T while warpgroup 1
+// is still in its epilogue (restarting the turns per tile made it wait for that epilogue).
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -16,7 +18,7 @@ template <bool kEnabled>
 struct TurnTaking {
   int warpgroup;  // 0 or 1 among the consumers
 
-  // The first turn belongs to warpgroup 0.
+  // Once per kernel, before the first tile: the first turn belongs to warpgroup 0.
   CUTE_DEVICE void start() const {
     if constexpr (kEnabled) {
       if (warpgroup == 1) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrierBase);
@@ -25,12 +27,15 @@ struct TurnTaking {
   CUTE_DEVICE void wait() const {
     if constexpr (kEnabled) cutlass::arch::NamedBarrier::sync(256, kTurnBarrierBase + warpgroup);
   }
-  // The last hand-over of warpgroup 1 would have no matching wait: pass last = true to skip it.
-  CUTE_DEVICE void pass(bool last = false) const {
+  CUTE_DEVICE void pass() const {
+    if constexpr (kEnabled)
+      cutlass::arch::NamedBarrier::arrive(256, kTurnBarrierBase + (warpgroup ^ 1));
+  }
+  // Once per kernel, after the last tile: warpgroup 0 takes the turn that warpgroup 1's last
+  // hand-over gave it, so that no barrier is left half-arrived.
+  CUTE_DEVICE void finish() const {
     if constexpr (kEnabled) {
-      if (!(last && warpgroup == 1)) {
-        cutlass::arch::NamedBarrier::arrive(256, kTurnBarrierBase + (warpgroup ^ 1));
-      }
+      if (warpgroup == 0) wait();
     }
   }
 };
