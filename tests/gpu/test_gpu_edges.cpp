@@ -1,6 +1,6 @@
-// Edges of the problem space and of the API contract: empty problems, no keys, a tensor beyond
-// 2^31 elements, tensors on another device, repeatability, and the calls the library must refuse
-// without writing anything.
+// Edges of the problem space and of the API contract: empty problems, no keys, key lengths at
+// key-block boundaries, a tensor beyond 2^31 elements, tensors on another device, repeatability,
+// and the calls the library must refuse without writing anything.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -45,6 +45,21 @@ TEST(Edges, RowsAboveTheDiagonalSeeNothing) {
   c.problem.causal = true;
   c.problem.bottom_right = true;
   check_case(c);
+}
+
+// Key lengths around one and two key blocks of each d 128 tile (128 and 176 keys): a block
+// with no residue takes the unmasked path, one key more adds a block that is all residue.
+TEST(Edges, KeyBlockBoundaries) {
+  FC_REQUIRE_GPU();
+  bool causal = false;
+  for (int seqlen_k : {127, 128, 129, 175, 176, 177, 256, 352, 353}) {
+    Case c;
+    c.problem = dense_problem(2, 150, seqlen_k, 2, 2, 128);
+    c.problem.causal = causal;
+    c.problem.bottom_right = true;
+    check_case(c);
+    causal = !causal;
+  }
 }
 
 // Q and O hold more than 2^31 elements; K and V are short, so the work stays small.
