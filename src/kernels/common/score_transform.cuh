@@ -2,7 +2,9 @@
 // ALiBi bias, then the mask. On the plain path (no softcap, no ALiBi) the scores stay raw and the
 // softmax folds the scale into its exp2 (one FFMA per score instead of a multiply and a subtract);
 // masked scores then take the infinity that the scale's sign turns into -inf, so a negative scale
-// works like any other. Each modifier is an unrolled pass behind a block-uniform branch.
+// works like any other. Each modifier is an unrolled pass behind a block-uniform branch; a kernel
+// compiled without modifiers (kModifiers = false, launched only when has_score_modifiers is false)
+// drops those passes, and the state they keep, at compile time.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,6 +21,13 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 
+// Whether a launch needs the modifier passes: softcap, ALiBi, or a zero scale (which cannot be
+// folded into the softmax: it would turn a masked infinity into NaN).
+__host__ __device__ inline bool has_score_modifiers(const AttentionParams& p) {
+  return p.softcap > 0.f || p.alibi_slopes != nullptr || p.scale_log2 == 0.f;
+}
+
+template <bool kModifiers>
 struct ScoreTransform {
   float scale_log2;        // softmax_scale * log2(e)
   float softcap_inner;     // softmax_scale / softcap
@@ -29,12 +38,17 @@ struct ScoreTransform {
 
   __device__ ScoreTransform(const AttentionParams& p, int batch, int head) {
     scale_log2 = p.scale_log2;
-    softcap_outer = p.softcap > 0.f ? p.softcap * kLog2e : 0.f;
-    softcap_inner = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
-    alibi_slope_log2 =
-        p.alibi_slopes ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * kLog2e : 0.f;
-    // A zero scale cannot be folded: it would turn a masked infinity into NaN.
-    fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
+    if constexpr (kModifiers) {
+      softcap_outer = p.softcap > 0.f ? p.softcap * kLog2e : 0.f;
+      softcap_inner = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
+      alibi_slope_log2 =
+          p.alibi_slopes ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * kLog2e : 0.f;
+      fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
+    } else {
+      // Constants, so that the compiler removes every modifier pass.
+      softcap_outer = softcap_inner = alibi_slope_log2 = 0.f;
+      fold_scale = true;
+    }
     masked_value = fold_scale && scale_log2 < 0.f ? INFINITY : -INFINITY;
   }
 

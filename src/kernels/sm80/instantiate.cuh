@@ -11,9 +11,9 @@
 
 namespace flashcute::sm80 {
 
-template <class Traits>
-cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
-  const auto kernel = forward_kernel<Traits>;
+template <class Traits, bool kPlain>
+cudaError_t launch_variant(const AttentionParams& params, cudaStream_t stream) {
+  const auto kernel = forward_kernel<Traits, kPlain>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     // Per device: the caller has made the tensors' device current.
@@ -25,6 +25,15 @@ cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
                   params.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);
   return cudaGetLastError();
+}
+
+// The plain kernel when the launch allows it (see forward_kernel), else the general one.
+template <class Traits>
+cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
+  if (!has_score_modifiers(params) && params.head_dim == Traits::kHeadDim) {
+    return launch_variant<Traits, true>(params, stream);
+  }
+  return launch_variant<Traits, false>(params, stream);
 }
 
 template <class Element>
@@ -62,9 +71,7 @@ void add_head_dim_kernels(KernelTable& table) {
 
 }  // namespace flashcute::sm80
 
-#define FLASHCUTE_SM80_INSTANTIATE(Element, dtype, hd)                \
-  namespace flashcute::sm80 {                                          \
-  void register_##dtype##_hd##hd(KernelTable& table) {                 \
-    add_head_dim_kernels<Element, hd>(table);                          \
-  }                                                                    \
+#define FLASHCUTE_SM80_INSTANTIATE(Element, dtype, hd)                                             \
+  namespace flashcute::sm80 {                                                                      \
+  void register_##dtype##_hd##hd(KernelTable& table) { add_head_dim_kernels<Element, hd>(table); } \
   }

@@ -4,6 +4,11 @@
 //   wait for K; start loading V; S = Q K^T (overlaps V's load); scale, bias and mask S;
 //   wait for V; start loading the next K; online softmax; O += P V (overlaps K's load).
 // K and V are single-buffered: the two barriers per iteration also guard their reuse.
+//
+// Each tile is compiled twice. The plain kernel (kPlain) serves launches without score modifiers
+// (see has_score_modifiers) whose head_dim fills the padded bucket: no modifier pass, column
+// predicate or zero fill of padding columns reaches its main loop, which at the widest tiles is
+// what keeps the loop's state in registers. The other kernel serves everything.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -19,7 +24,7 @@
 
 namespace flashcute::sm80 {
 
-template <class Traits>
+template <class Traits, bool kPlain>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     forward_kernel(const __grid_constant__ AttentionParams params) {
   using namespace cute;
@@ -40,8 +45,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const KeyBlockRange blocks = mask.key_blocks(row_begin, row_end, kBlockN);
 
   extern __shared__ char smem[];
-  Tensor sQ = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)),
-                          typename Traits::SmemLayoutQ{});
+  Tensor sQ =
+      make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem)), typename Traits::SmemLayoutQ{});
   Tensor sK = make_tensor(sQ.data() + size(sQ), typename Traits::SmemLayoutKV{});
   Tensor sV = make_tensor(sK.data() + size(sK), typename Traits::SmemLayoutKV{});
   Tensor sVt = make_tensor(sV.data(), typename Traits::SmemLayoutVt{});
@@ -81,7 +86,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // Q and K/V tiles share the column partition, so one column predicate serves both.
   Tensor col_ok = make_tensor<bool>(make_shape(size<2>(tQsQ)));
   CUTE_UNROLL
-  for (int k = 0; k < size(col_ok); ++k) col_ok(k) = int(get<1>(tQcQ(0, 0, k))) < params.head_dim;
+  for (int k = 0; k < size(col_ok); ++k) {
+    col_ok(k) = kPlain || int(get<1>(tQcQ(0, 0, k))) < params.head_dim;
+  }
 
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(int(threadIdx.x));
@@ -133,7 +140,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor acc_o_rows = rowcol_view(acc_o);
   constexpr int kRowsPerThread = decltype(size<0>(acc_o_rows))::value;
   OnlineSoftmax<kRowsPerThread> softmax;
-  const ScoreTransform transform(params, batch, head);
+  const ScoreTransform<!kPlain> transform(params, batch, head);
 
   // One key block, n, then the prefetch of the next one's K (none when next < 0). Masked steps
   // check every score and the key rows they load; the others, the bulk of a long sequence, carry
