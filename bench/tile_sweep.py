@@ -1,8 +1,9 @@
-"""Times every compiled SM80 tile configuration per head_dim, to choose the automatic tile.
+"""Times every compiled tile configuration of a family per head_dim, to choose the automatic tile.
 
 Runs in one process on the GPU machine, the same way bench.py times (warm L2, median of CUDA-event
 timings). Rows: b = 16384 / s, h = 2048 / d (the FlashAttention sweep's shape), causal and not.
-    python3 bench/tile_sweep.py --head-dims 64 128 --seqlens 2048 8192 [--dtype bf16] [--out DIR]
+    python3 bench/tile_sweep.py --head-dims 64 128 --seqlens 2048 8192 [--dtype bf16]
+        [--family sm80|sm90] [--out DIR]
 """
 import argparse
 import json
@@ -22,6 +23,7 @@ def main():
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    parser.add_argument("--family", default="sm80", choices=["sm80", "sm90"])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--out", default=None)
@@ -29,7 +31,7 @@ def main():
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     results = []
     for d in args.head_dims:
-        tiles = flashcute.compiled_tile_configs("sm80", args.dtype, d)
+        tiles = flashcute.compiled_tile_configs(args.family, args.dtype, d)
         for s in args.seqlens:
             b, h = max(1, 16384 // s), max(1, 2048 // d)
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
@@ -38,7 +40,7 @@ def main():
                 line = []
                 for tile in tiles:
                     def call():
-                        return flashcute.forward(q, k, v, causal=causal, family="sm80", tile=tile)
+                        return flashcute.forward(q, k, v, causal=causal, family=args.family, tile=tile)
                     ms = median_ms(call, args.warmup, args.iters)
                     tflops = flops / ms / 1e9
                     results.append({"d": d, "s": s, "causal": causal, "tile": list(tile),
@@ -49,7 +51,7 @@ def main():
                 print(f"d{d} s{s} {'causal' if causal else 'full  '} best {best['tile']} "
                       f"{best['tflops']}  | " + " ".join(line), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "tile_sweep.json"), "w") as f:
+        with open(os.path.join(args.out, f"tile_sweep_{args.family}.json"), "w") as f:
             json.dump(results, f, indent=1)
 
 

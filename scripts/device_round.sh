@@ -6,7 +6,7 @@
 #   suite   tests/run_gpu_suite.sh: the GPU GoogleTest suite, memcheck and racecheck
 #   pytest  the Python package's tests (wheel from .whl/)
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
-#   sweep   bench/tile_sweep.py: every compiled SM80 tile per head_dim
+#   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 # Each step has a time cap (STEP_TIMEOUT_<step>, seconds). Logs and results go to $OUT (or
 # ./device-out); a short summary is printed last.
 set -uo pipefail

@@ -68,7 +68,9 @@ Status forward(const ForwardArgs& args) {
   if (Status s = select_kernel(args, params, limits, kernel); !s.ok()) return s;
 
   DeviceGuard guard(device);
-  const cudaError_t err = kernel->launch(params, static_cast<cudaStream_t>(args.stream));
+  const bool auto_tile = args.tile.m_block == 0;
+  const LaunchFn launch = auto_tile && kernel->auto_launch ? kernel->auto_launch : kernel->launch;
+  const cudaError_t err = launch(params, static_cast<cudaStream_t>(args.stream));
   if (err != cudaSuccess) return cuda_error("launching the kernel", err);
   return {};
 }

@@ -27,6 +27,10 @@ struct KernelEntry {
   int min_compute_capability;  // 80 for the SM80 family, 90 for Hopper
   LaunchFn launch;
   SupportsFn supports;  // null = supports everything
+  // What runs when the caller left the tile to the library (null: launch). It may hand some
+  // problems to another compiled tile of the same bucket (sm90 config.hpp); an explicit tile
+  // request always runs exactly that tile.
+  LaunchFn auto_launch = nullptr;
 };
 
 using KernelTable = std::vector<KernelEntry>;

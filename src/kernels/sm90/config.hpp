@@ -62,8 +62,9 @@ struct NonCausalConfig<E, 128> {
   using type = Traits<E, 128, 128, 176, 2, true>;
 };
 
-// What the default entry of a head dim runs. supports() admits no window but the causal one
-// (window_right 0), so any other window_right means non-causal.
+// What the default entry runs when the caller left the tile to the library (an explicit tile
+// request runs exactly that tile). supports() admits no window but the causal one (window_right
+// 0), so any other window_right means non-causal.
 template <class Default, class ShortCausal, class NonCausal>
 cudaError_t launch_by_problem(const AttentionParams& a, cudaStream_t stream) {
   bool const causal = a.window_right == 0;
@@ -80,18 +81,18 @@ cudaError_t launch_by_problem(const AttentionParams& a, cudaStream_t stream) {
 // One translation unit per (dtype, head_dim): defines flashcute::sm90::register_<dtype>_hd<hd>.
 // The default entry comes first (it is the automatic choice, dispatch.cpp); the extra tiles
 // follow so that an explicit tile request reaches them directly.
-#define FLASHCUTE_SM90_INSTANTIATE(element, dtype_name, fc_dtype_value, hd) \
-  namespace flashcute::sm90 {                                               \
-  void register_##dtype_name##_hd##hd(KernelTable& table) {                 \
-    using Default = typename DefaultConfig<element, hd>::type;              \
-    using ShortCausal = typename ShortCausalConfig<element, hd>::type;      \
-    using NonCausal = typename NonCausalConfig<element, hd>::type;          \
-    KernelEntry entry = make_entry<Default>(fc_dtype_value);                \
-    entry.launch = &launch_by_problem<Default, ShortCausal, NonCausal>;     \
-    table.push_back(entry);                                                 \
-    if constexpr (!std::is_void_v<ShortCausal>)                             \
-      table.push_back(make_entry<ShortCausal>(fc_dtype_value));             \
-    if constexpr (!std::is_void_v<NonCausal>)                               \
-      table.push_back(make_entry<NonCausal>(fc_dtype_value));               \
-  }                                                                         \
+#define FLASHCUTE_SM90_INSTANTIATE(element, dtype_name, fc_dtype_value, hd)  \
+  namespace flashcute::sm90 {                                                \
+  void register_##dtype_name##_hd##hd(KernelTable& table) {                  \
+    using Default = typename DefaultConfig<element, hd>::type;               \
+    using ShortCausal = typename ShortCausalConfig<element, hd>::type;       \
+    using NonCausal = typename NonCausalConfig<element, hd>::type;           \
+    KernelEntry entry = make_entry<Default>(fc_dtype_value);                 \
+    entry.auto_launch = &launch_by_problem<Default, ShortCausal, NonCausal>; \
+    table.push_back(entry);                                                  \
+    if constexpr (!std::is_void_v<ShortCausal>)                              \
+      table.push_back(make_entry<ShortCausal>(fc_dtype_value));              \
+    if constexpr (!std::is_void_v<NonCausal>)                                \
+      table.push_back(make_entry<NonCausal>(fc_dtype_value));                \
+  }                                                                          \
   }
