@@ -48,11 +48,14 @@ struct ShortCausalConfig<E, 64> {
   using type = Traits<E, 64, 128, 128, 2, true>;
 };
 
-// The tile of non-causal problems; void: the default's. d 128 takes a 176-key block
-// (FlashAttention-3's choice): 47 instead of 64 main-loop steps at s 8192, so the per-block
-// cost (barriers, max/sum shuffles, rescaling O) is paid 27% less often. Causal problems keep
-// 128 keys, the block that matches the 128-row tile's diagonal. At 176 keys O no longer has a
-// buffer of its own (Q 32 KB + 4 x 44 KB of K/V + O 32 KB > 227 KB) and borrows Q's.
+// The tile of long non-causal problems (seqlen_k >= kLongKeys); void: the default's. d 128
+// takes a 176-key block (FlashAttention-3's choice): 47 instead of 64 main-loop steps at s 8192,
+// so the per-block cost (barriers, max/sum shuffles, rescaling O) is paid 27% less often. At 176
+// keys O no longer has a buffer of its own (Q 32 KB + 4 x 44 KB of K/V + O 32 KB > 227 KB) and
+// borrows Q's, so the next tile's Q loads only after the epilogue: short sequences, where that
+// wait is a larger share of a tile, lose. Measured (H200, bf16, b 16384/s, h 16, TFLOP/s,
+// 128x128 / 128x176 / 128x160): s 512 454 / 395 / 374, 2k 621 / 591 / 606, 4k 656 / 637 / 646,
+// 8k 675 / 680 / 669, 16k 640 / 691 / 686. Causal problems keep 128 keys (16k: 663 / 670).
 template <class E, int kHeadDim>
 struct NonCausalConfig {
   using type = void;
@@ -65,11 +68,13 @@ struct NonCausalConfig<E, 128> {
 // What the default entry runs when the caller left the tile to the library (an explicit tile
 // request runs exactly that tile). supports() admits no window but the causal one (window_right
 // 0), so any other window_right means non-causal.
+constexpr int kLongKeys = 8192;
+
 template <class Default, class ShortCausal, class NonCausal>
 cudaError_t launch_by_problem(const AttentionParams& a, cudaStream_t stream) {
   bool const causal = a.window_right == 0;
   if constexpr (!std::is_void_v<NonCausal>) {
-    if (!causal) return launch<NonCausal>(a, stream);
+    if (!causal && a.seqlen_k >= kLongKeys) return launch<NonCausal>(a, stream);
   }
   if constexpr (!std::is_void_v<ShortCausal>)
     return launch_short_causal<Default, ShortCausal>(a, stream);
