@@ -3,9 +3,7 @@
 #pragma once
 
 #include "api/kernel_registry.hpp"
-#if !FLASHCUTE_FULL_TILE_SET
 #include "kernels/sm80/default_tiles.hpp"
-#endif
 #include "kernels/sm80/kernel.cuh"
 #include "kernels/sm80/traits.cuh"
 
@@ -27,11 +25,15 @@ cudaError_t launch_variant(const AttentionParams& params, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The plain kernel when the launch allows it (see forward_kernel), else the general one.
-template <class Traits>
+// The plain kernel when the launch allows it (see forward_kernel), else the general one. Only
+// the automatic tile of a bucket has a plain kernel: one for every tile of the full set would
+// double its build time for tiles that run only on request.
+template <class Traits, bool kHasPlain>
 cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
-  if (!has_score_modifiers(params) && params.head_dim == Traits::kHeadDim) {
-    return launch_variant<Traits, true>(params, stream);
+  if constexpr (kHasPlain) {
+    if (!has_score_modifiers(params) && params.head_dim == Traits::kHeadDim) {
+      return launch_variant<Traits, true>(params, stream);
+    }
   }
   return launch_variant<Traits, false>(params, stream);
 }
@@ -45,9 +47,12 @@ template <class Element, int kHeadDim, int kBlockM, int kBlockN, int kNThreads>
 void add_tile_config(KernelTable& table) {
   if constexpr (tile_config_fits<kHeadDim, kBlockM, kBlockN, kNThreads>()) {
     using Traits = KernelTraits<Element, kHeadDim, kBlockM, kBlockN, kNThreads>;
+    constexpr DefaultTile automatic = default_tile(kHeadDim);
+    constexpr bool kIsAutomatic = automatic.m_block == kBlockM && automatic.n_block == kBlockN &&
+                                  automatic.num_threads == kNThreads;
     table.push_back({FC_FAMILY_SM80, dtype_of<Element>(), kHeadDim,
                      fc_tile_config{kBlockM, kBlockN, kNThreads}, size_t(Traits::kSmemBytes), 80,
-                     &launch<Traits>, nullptr});
+                     &launch<Traits, kIsAutomatic>, nullptr});
   }
 }
 

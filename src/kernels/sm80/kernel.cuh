@@ -5,10 +5,11 @@
 //   wait for V; start loading the next K; online softmax; O += P V (overlaps K's load).
 // K and V are single-buffered: the two barriers per iteration also guard their reuse.
 //
-// Each tile is compiled twice. The plain kernel (kPlain) serves launches without score modifiers
-// (see has_score_modifiers) whose head_dim fills the padded bucket: no modifier pass, column
-// predicate or zero fill of padding columns reaches its main loop, which at the widest tiles is
-// what keeps the loop's state in registers. The other kernel serves everything.
+// The automatic tile of each bucket is compiled twice. The plain kernel (kPlain) serves launches
+// without score modifiers (see has_score_modifiers) whose head_dim fills the padded bucket: no
+// modifier pass, column predicate or zero fill of padding columns reaches its main loop (at d 128
+// that cut the hot loop from 1464 to 968 instructions and made it 1.16x faster on the H200). The
+// other kernel serves everything.
 #pragma once
 
 #include <cute/tensor.hpp>
