@@ -7,6 +7,7 @@
 #   pytest  the Python package's tests (wheel from .whl/)
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
+#   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 # Each step has a time cap (STEP_TIMEOUT_<step>, seconds). Logs and results go to $OUT (or
 # ./device-out); a short summary is printed last.
 set -uo pipefail
@@ -63,6 +64,23 @@ step_sweep() {
   install_wheel || return
   timeout "${STEP_TIMEOUT_sweep:-300}" python3 bench/tile_sweep.py --out "$OUT" ${SWEEP_FLAGS:-} 2>&1 |
     tee "$OUT/sweep.log" | tail -n 40
+}
+
+step_profile() {
+  # Nsight Compute on one runner problem (PROFILE_FLAGS, default: the Hopper kernel on a short
+  # d 128 problem): every section, then the per-instruction SASS view with its stall samples.
+  local flags=${PROFILE_FLAGS:-"--family sm90 --auto_tile --batch_size 32 --seqlen_q 512 --seqlen_k 512"}
+  local ncu
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout "${STEP_TIMEOUT_profile:-240}" "$ncu" --set full --import-source no -k regex:forward_kernel \
+    --launch-skip 2 -c 1 -f -o "$OUT/profile" "$BUILD_DIR/bin/flashcute_run" $flags \
+    --skip_ref_check --warmup_iterations 2 --iterations 1 >"$OUT/profile.log" 2>&1
+  "$ncu" --import "$OUT/profile.ncu-rep" --page details >"$OUT/profile-details.txt" 2>&1
+  "$ncu" --import "$OUT/profile.ncu-rep" --page source --print-source sass --csv \
+    >"$OUT/profile-sass.csv" 2>&1
+  grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall" \
+    "$OUT/profile-details.txt" | head -n 20
+  summary+=("profile ($flags): $(grep -m1 -E '^ +Duration' "$OUT/profile-details.txt")")
 }
 
 for step in $STEPS; do
