@@ -1,8 +1,10 @@
 // The epilogue of one consumer warpgroup: normalise O, write the log-sum-exp, stage O in shared
 // memory (O's own buffer, or else the warpgroup's own rows of Q's buffer, free once its last
-// QK^T finished) and copy it out with 16-byte stores, skipping rows past the sequence's seqlen_q
-// (in a packed batch they are the next sequence's) and columns past head_dim. When O borrowed Q's
-// buffer, the copy-out is what frees Q for the next tile.
+// QK^T finished) with stmatrix, and store it. A dense problem stores the warpgroup's 64 rows with
+// one TMA store, issued by one thread and not waited for: TMA clips the rows past seqlen_q and the
+// columns past head_dim. A packed batch copies them out with 16-byte stores instead, skipping rows
+// past the sequence's seqlen_q (a TMA box would overwrite the next sequence's). When O borrowed
+// Q's buffer, the end of the store's reads is what frees Q for the next tile.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -26,7 +28,8 @@ struct Epilogue {
     typename Traits::TiledMmaPV mma_pv;
     auto thr_pv = mma_pv.get_thread_slice(thread);
     Tensor o_rc = rowcol_view(o);
-    Tensor coords = rowcol_view(thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
+    Tensor coords =
+        rowcol_view(thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{})));
     constexpr int kRows = decltype(size<0>(o_rc))::value;
 
     float inv_sum[kRows], lse[kRows];
@@ -40,8 +43,8 @@ struct Epilogue {
     int const row0 = tile.m_block * kBlockM;
     if (p.lse != nullptr && thread % 4 == 0) {
       // Packed: (heads, total_q) with the batch stride 0, so the token index places the row.
-      float* lse_ptr = p.lse + tile.batch * p.lse_batch_stride + head * p.lse_head_stride +
-                       tile.q_start;
+      float* lse_ptr =
+          p.lse + tile.batch * p.lse_batch_stride + head * p.lse_head_stride + tile.q_start;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         int row = row0 + get<0>(coords(r, 0));
@@ -49,9 +52,7 @@ struct Epilogue {
       }
     }
 
-    // Registers -> shared memory: each thread holds column pairs, written as 4-byte words.
-    Tensor out = convert_fragment<Element>(o);
-    Tensor out_rc = rowcol_view(out);
+    // Registers -> shared memory, 16 bytes per row of an 8x8 matrix (stmatrix).
     Element* o_smem;
     if constexpr (Traits::kSeparateO) {
       o_smem = smem.o.data();
@@ -59,29 +60,65 @@ struct Epilogue {
       o_smem = smem.q.data();
     }
     Tensor sO = make_tensor(make_smem_ptr(o_smem), typename Traits::SmemLayoutO{});
+    auto stage_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
+    auto thr_stage = stage_o.get_thread_slice(thread);
+    Tensor out = convert_fragment<Element>(o);
+    Tensor staged_src = thr_stage.retile_S(out);
+    Tensor staged_dst = thr_stage.partition_D(sO);
     int const warpgroup = thread / 128;
-    // The previous tile's copy-out (other threads of this warpgroup) must have read its rows.
-    if constexpr (Traits::kSeparateO) cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(out_rc); c += 2) {
-        auto rc = coords(r, c);
-        uint32_t pair;
-        Element two[2] = {out_rc(r, c), out_rc(r, c + 1)};
-        memcpy(&pair, two, 4);
-        *reinterpret_cast<uint32_t*>(&sO(get<0>(rc), get<1>(rc))) = pair;
-      }
+    bool const store_issuer = thread % 128 == 0;
+    if constexpr (Traits::kSeparateO) {
+      // The previous tile's store (TMA or the other threads' copy-out) must have read these rows.
+      if (store_issuer) tma_store_wait<0>();
+      cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
     }
-    cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
+    copy(stage_o, staged_src, staged_dst);
 
-    // Shared memory -> global: 8 elements (16 bytes) per thread per step; a 16-byte chunk never
-    // straddles a swizzle unit, so it is contiguous in shared memory too.
+    if (p.cu_seqlens_q == nullptr) {
+      // The TMA store reads shared memory through the async proxy: make the stmatrix writes
+      // visible to it, then let one thread issue the store once the whole warpgroup wrote.
+      tma_store_fence();
+      cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
+      if (store_issuer) {
+        Tensor mO = p.tma_o.get_tma_tensor(p.shape_q)(_, _, head, tile.batch);
+        Tensor gO =
+            local_tile(mO, Shape<_64, Int<kHeadDim>>{},
+                       make_coord(tile.m_block * Traits::kConsumerWarpgroups + warpgroup, _0{}));
+        Tensor sO_warpgroup =
+            make_tensor(make_smem_ptr(o_smem + warpgroup * Traits::kOWarpgroupOffset),
+                        typename Traits::SmemLayoutOWarpgroup{});
+        auto [gmem_part, smem_part] = tma_partition(
+            p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_warpgroup), group_modes<0, 2>(gO));
+        copy(p.tma_o, smem_part, gmem_part);
+        tma_store_arrive();
+        // Q's buffer is reloaded (async proxy) as soon as every consumer thread arrived below.
+        if constexpr (!Traits::kSeparateO) tma_store_wait<0>();
+      }
+    } else {
+      cutlass::arch::NamedBarrier::sync(128, 1 + warpgroup);
+      copy_out_packed(p, tile, head, warpgroup, thread % 128, sO);
+      // The next tile's Q is written by TMA (the async proxy) over what these reads just saw.
+      if constexpr (!Traits::kSeparateO) cutlass::arch::fence_view_async_shared();
+    }
+    if constexpr (!Traits::kSeparateO) smem.bar_q_free.arrive();
+  }
+
+  // Before the CTA exits, its last TMA stores must have read shared memory.
+  CUTE_DEVICE static void drain(int thread) {
+    if (thread % 128 == 0) tma_store_wait<0>();
+  }
+
+ private:
+  // Shared memory -> global: 8 elements (16 bytes) per thread per step; a 16-byte chunk never
+  // straddles a swizzle unit, so it is contiguous in shared memory too.
+  template <class SmemO>
+  CUTE_DEVICE static void copy_out_packed(Params const& p, TileInfo const& tile, int head,
+                                          int warpgroup, int local, SmemO const& sO) {
     constexpr int kChunksPerRow = kHeadDim / 8;
     constexpr int kChunks = 64 * kChunksPerRow;
+    int const row0 = tile.m_block * kBlockM;
     Element* o_ptr = p.o + tile.batch * p.o_batch_stride + int64_t(tile.q_start) * p.o_row_stride +
                      head * p.o_head_stride;
-    int const local = thread % 128;
     CUTE_UNROLL
     for (int i = local; i < kChunks; i += 128) {
       int r = warpgroup * 64 + i / kChunksPerRow;
@@ -91,11 +128,6 @@ struct Epilogue {
         uint4 v = *reinterpret_cast<uint4 const*>(&sO(r, c));
         *reinterpret_cast<uint4*>(o_ptr + row * p.o_row_stride + c) = v;
       }
-    }
-    if constexpr (!Traits::kSeparateO) {
-      // The next tile's Q is written by TMA (the async proxy) over what these reads just saw.
-      cutlass::arch::fence_view_async_shared();
-      smem.bar_q_free.arrive();
     }
   }
 };

@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
     smem.bar_q.init(1);
     smem.bar_q_free.init(Traits::kConsumerThreads);
   }
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                     softmax);
       ++iteration;
     }
+    Epilogue<Traits, Params>::drain(thread);
     turns.finish();
   }
 #endif

@@ -1,6 +1,6 @@
-// What the device code receives: TMA descriptors for the loads (passed by value,
-// __grid_constant__), plain pointers for the stores, the sequence offsets of a packed batch, and
-// the mask geometry.
+// What the device code receives: TMA descriptors for the loads and for O's store (passed by
+// value, __grid_constant__), plain pointers for the stores of a packed batch and the LSE, the
+// sequence offsets of a packed batch, and the mask geometry.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@ struct KernelParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
+  typename Traits::TmaO tma_o;  // dense problems only; O has Q's shape
   typename Traits::GmemShape shape_q;
   typename Traits::GmemShape shape_k;
 

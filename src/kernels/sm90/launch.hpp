@@ -78,7 +78,14 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
     return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
                        make_layout(shape, GmemStride{row, _1{}, head, batch}));
   };
+  // O has Q's shape. A packed batch stores O without TMA (a box would overwrite the next
+  // sequence's rows), but its descriptor is built all the same, over the same rows as Q's.
+  int64_t const o_batch_stride = varlen ? a.o_row_stride : a.o_batch_stride;
+  auto gmem_o = make_tensor(
+      make_gmem_ptr(static_cast<Element*>(a.o)),
+      make_layout(shape_q, GmemStride{a.o_row_stride, _1{}, a.o_head_stride, o_batch_stride}));
   auto box_q = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{};
+  auto box_o = Shape<_64, Int<Traits::kHeadDim>>{};  // one consumer warpgroup's rows
   auto box_kv = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{};
   auto smem_kv = take<0, 2>(typename Traits::SmemLayoutKV{});
 
@@ -92,6 +99,7 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
       make_tma_copy(SM90_TMA_LOAD{},
                     gmem(v_ptr, shape_kv_desc, v_strides[0], v_strides[1], v_strides[2]), smem_kv,
                     box_kv, _1{}),
+      make_tma_copy(SM90_TMA_STORE{}, gmem_o, typename Traits::SmemLayoutOWarpgroup{}, box_o, _1{}),
       shape_q,
       shape_kv_desc,
       static_cast<Element*>(a.o),

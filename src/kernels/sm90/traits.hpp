@@ -18,6 +18,21 @@ namespace flashcute::sm90 {
 
 using namespace cute;
 
+// Whether rows [64 w, 64 w + 64) of the layout Full are the layout Slice shifted by w * offset,
+// for each of `slices` warpgroups. One element per 16-byte chunk is compared: within a chunk both
+// layouts are contiguous (no swizzle splits 16 bytes).
+template <class Full, class Slice>
+constexpr bool rows_are_shifted_slices(int slices, int head_dim, int offset) {
+  for (int w = 0; w < slices; ++w) {
+    for (int r = 0; r < 64; ++r) {
+      for (int c = 0; c < head_dim; c += 8) {
+        if (Full{}(64 * w + r, c) != w * offset + Slice{}(r, c)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_>
 struct Traits {
   using Element = Element_;
@@ -44,6 +59,17 @@ struct Traits {
                          GMMA::Layout_K_SW32_Atom<Element>>>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutO = SmemLayoutQ;  // O reuses Q's buffer once the last QK^T has finished
+  // One consumer warpgroup's 64 rows of O, which it stores on its own: warpgroup w's rows
+  // [64 w, 64 w + 64) of SmemLayoutO are this layout shifted by w * kOWarpgroupOffset elements
+  // (checked below). The shift is a whole number of swizzle atoms, so the bytes of every slice are
+  // swizzled alike and one TMA store descriptor serves every warpgroup.
+  using SmemLayoutOWarpgroup = decltype(composition(
+      SmemLayoutO{}, Layout<Shape<_64, Int<kHeadDim>>, Stride<_1, Int<kBlockM>>>{}));
+  static constexpr int kOWarpgroupOffset = 64 * int(size<1>(SmemAtom{}));
+  static_assert(kOWarpgroupOffset % int(size(SmemAtom{})) == 0);
+  static_assert(rows_are_shifted_slices<SmemLayoutO, SmemLayoutOWarpgroup>(kConsumerWarpgroups,
+                                                                           kHeadDim,
+                                                                           kOWarpgroupOffset));
   using SmemLayoutKV =
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V is stored like K (head_dim contiguous). For O += P V it is the B operand with N = head_dim,
@@ -73,6 +99,11 @@ struct Traits {
   using TmaKV = decltype(make_tma_copy(
       SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
       take<0, 2>(SmemLayoutKV{}), Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+
+  // O leaves by TMA store, one box of 64 rows per warpgroup (dense problems; epilogue.hpp).
+  using TmaO = decltype(make_tma_copy(
+      SM90_TMA_STORE{}, make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
+      SmemLayoutOWarpgroup{}, Shape<_64, Int<kHeadDim>>{}, _1{}));
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
