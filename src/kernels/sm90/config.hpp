@@ -16,10 +16,14 @@ struct DefaultConfig;
 
 // Measured on the H200 (bf16, see README.md): ping-pong helps at every head dim with two
 // consumer warpgroups (d 256: +10-18%); d 64 gains more from a 192-row tile with three consumer
-// warpgroups (each K/V block serves 192 queries; +10-20%) than from ping-pong.
+// warpgroups (each K/V block serves 192 queries; +10-20%) than from ping-pong. Its K/V blocks are
+// small (16 KB) and quickly consumed, so d 64 keeps three stages: the producer runs a block
+// further ahead, which short tiles, whose first loads are the least hidden, need most (measured,
+// 3 stages against 2: s 512 363 / 348 TFLOP/s, 1k 409 / 398, 2k 476 / 470; d 128, where a third
+// stage makes O borrow Q's buffer, lost up to 11%).
 template <class E>
 struct DefaultConfig<E, 64> {
-  using type = Traits<E, 64, 192, 128, 2, false>;
+  using type = Traits<E, 64, 192, 128, 3, false>;
 };
 template <class E>
 struct DefaultConfig<E, 96> {
@@ -45,7 +49,7 @@ struct ShortCausalConfig {
 };
 template <class E>
 struct ShortCausalConfig<E, 64> {
-  using type = Traits<E, 64, 128, 128, 2, true>;
+  using type = Traits<E, 64, 128, 128, 3, true>;  // 3 stages: s 512 219 / 216, 1k 297 / 294
 };
 
 // The tile of long non-causal problems (seqlen_k >= kLongKeys); void: the default's. d 128
