@@ -34,9 +34,7 @@ struct Consumer {
     auto thr_qk = mma_qk.get_thread_slice(thread);
     auto thr_pv = mma_pv.get_thread_slice(thread);
 
-    int const q_buffer = Traits::q_buffer(iteration);
-    Tensor sQ =
-        make_tensor(make_smem_ptr(smem.q_buffer(iteration)), typename Traits::SmemLayoutQ{});
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
     Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // smem descriptors
@@ -50,11 +48,11 @@ struct Consumer {
     constexpr int kRows = decltype(size<0>(s_rc))::value;
 
     auto q_done = [&] {
-      if constexpr (Traits::kSeparateO) smem.bar_q_free[q_buffer].arrive();
+      if constexpr (Traits::kSeparateO) smem.bar_q_free.arrive();
     };
     softmax.init();
     clear(o);
-    smem.bar_q[q_buffer].wait(Traits::q_phase(iteration));
+    smem.bar_q.wait(iteration & 1);
     if (tile.n_block_max <= 0) {
       q_done();
       return;

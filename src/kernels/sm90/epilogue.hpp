@@ -57,7 +57,7 @@ struct Epilogue {
     if constexpr (Traits::kSeparateO) {
       o_smem = smem.o.data();
     } else {
-      o_smem = smem.q.data();  // one Q buffer only (Traits::kQBuffers) when O borrows it
+      o_smem = smem.q.data();
     }
     Tensor sO = make_tensor(make_smem_ptr(o_smem), typename Traits::SmemLayoutO{});
     auto stage_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
@@ -100,7 +100,7 @@ struct Epilogue {
       // The next tile's Q is written by TMA (the async proxy) over what these reads just saw.
       if constexpr (!Traits::kSeparateO) cutlass::arch::fence_view_async_shared();
     }
-    if constexpr (!Traits::kSeparateO) smem.bar_q_free[0].arrive();
+    if constexpr (!Traits::kSeparateO) smem.bar_q_free.arrive();
   }
 
   // Before the CTA exits, its last TMA stores must have read shared memory.

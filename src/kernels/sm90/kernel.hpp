@@ -32,10 +32,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
-    for (int i = 0; i < Traits::kQBuffers; ++i) {
-      smem.bar_q[i].init(1);
-      smem.bar_q_free[i].init(Traits::kConsumerThreads);
-    }
+    smem.bar_q.init(1);
+    smem.bar_q_free.init(Traits::kConsumerThreads);
   }
 
   typename Pipeline::Params pipe_params;

@@ -29,9 +29,7 @@ struct Producer {
     Tensor mV = domain_offset(make_coord(tile.k_start, _0{}),
                               p.tma_v.get_tma_tensor(p.shape_k)(_, _, kv_head, tile.batch));
     Tensor gQ = local_tile(mQ, TileQ{}, make_coord(tile.m_block, _0{}));
-    int const q_buffer = Traits::q_buffer(iteration);
-    Tensor sQ =
-        make_tensor(make_smem_ptr(smem.q_buffer(iteration)), typename Traits::SmemLayoutQ{});
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
 
@@ -55,13 +53,9 @@ struct Producer {
     // Q is loaded for every tile, even one with no visible key, so that both sides count the
     // Q buffer's phases the same way. Its first K block goes out before the wait for Q's buffer.
     auto load_q = [&] {
-      // The tile kQBuffers before this one used the same buffer.
-      if (iteration >= Traits::kQBuffers) {
-        smem.bar_q_free[q_buffer].wait(Traits::q_phase(iteration - Traits::kQBuffers));
-      }
-      smem.bar_q[q_buffer].arrive_and_expect_tx(Traits::kBytesQ);
-      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q[q_buffer]), 0), get<0>(tQ),
-           get<1>(tQ));
+      if (iteration > 0) smem.bar_q_free.wait((iteration - 1) & 1);
+      smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
+      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
     };
     if (tile.n_block_max <= 0) load_q();
 

@@ -7,11 +7,11 @@
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
 
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
-#include <cute/atom/mma_atom.hpp>
-#include <cute/tensor.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
 namespace flashcute::sm90 {
@@ -53,10 +53,10 @@ struct Traits {
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
   // reads it without bank conflicts.
-  using SmemAtom =
-      std::conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-                         std::conditional_t<kHeadDim % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
-                                            GMMA::Layout_K_SW32_Atom<Element>>>;
+  using SmemAtom = std::conditional_t<
+      kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+      std::conditional_t<kHeadDim % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+                         GMMA::Layout_K_SW32_Atom<Element>>>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutO = SmemLayoutQ;  // O reuses Q's buffer once the last QK^T has finished
   // One consumer warpgroup's 64 rows of O, which it stores on its own: warpgroup w's rows
@@ -76,8 +76,8 @@ struct Traits {
   // so read the same bytes through a (head_dim, key) view: an MN-major operand, which 16-bit wgmma
   // accepts directly, so no transpose pass is needed.
   using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{},
-      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                          Step<_2, _1, _3>{})));
 
   // Consumer warpgroups stack along M; each owns 64 query rows.
   using MmaAtomLayout = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
@@ -94,12 +94,10 @@ struct Traits {
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
   using GmemLayout = Layout<GmemShape, GmemStride>;
   using TmaQ = decltype(make_tma_copy(
-      SM90_TMA_LOAD{},
-      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}), SmemLayoutQ{},
-      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SmemLayoutQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaKV = decltype(make_tma_copy(
-      SM90_TMA_LOAD{},
-      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
       take<0, 2>(SmemLayoutKV{}), Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
 
   // O leaves by TMA store, one box of 64 rows per warpgroup (dense problems; epilogue.hpp).
@@ -116,35 +114,22 @@ struct Traits {
   // epilogue.
   static constexpr int kBytesQKV = int(kBytesQ + 2 * kStages * kBytesKV);
   static constexpr bool kSeparateO = kBytesQKV + int(kBytesQ) + 1024 <= 227 * 1024;
-  // Where O has its own buffer and a second Q fits too, Q alternates between two buffers: the
-  // producer loads the next tile's Q while the current tile still reads its own, so a tile never
-  // starts by waiting for Q (short sequences, where every tile starts with that load, gain most).
-  static constexpr int kQBuffers =
-      kSeparateO && kBytesQKV + 2 * int(kBytesQ) + 1024 <= 227 * 1024 ? 2 : 1;
-  // The Q buffer of the iteration-th tile a CTA runs, and the phase of that buffer's barriers.
-  CUTE_HOST_DEVICE static constexpr int q_buffer(int iteration) { return iteration % kQBuffers; }
-  CUTE_HOST_DEVICE static constexpr int q_phase(int iteration) {
-    return (iteration / kQBuffers) & 1;
-  }
   struct NoBuffer {};
-  using OBuffer =
-      std::conditional_t<kSeparateO, cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>,
-                         NoBuffer>;
+  using OBuffer = std::conditional_t<kSeparateO,
+                                     cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>,
+                                     NoBuffer>;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
   struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, kQBuffers * cosize_v<SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
     typename Pipeline::SharedStorage pipe_k;
     typename Pipeline::SharedStorage pipe_v;
-    cutlass::arch::ClusterTransactionBarrier bar_q[kQBuffers];  // Q landed
-    cutlass::arch::ClusterBarrier bar_q_free[kQBuffers];        // every consumer is done with Q
-    CUTE_HOST_DEVICE Element* q_buffer(int iteration) {
-      return q.data() + Traits::q_buffer(iteration) * cosize_v<SmemLayoutQ>;
-    }
+    cutlass::arch::ClusterTransactionBarrier bar_q;  // Q landed
+    cutlass::arch::ClusterBarrier bar_q_free;        // every consumer thread is done with Q
     OBuffer o;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
