@@ -63,7 +63,12 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
                    std::to_string(a.head_dim) + ")");
   }
   if (a.heads == 0 || a.heads_k == 0) {
-    if (a.heads != 0 || a.heads_k != 0) return invalid("heads_k: must be >= 1");
+    // Both 0 is an empty problem; one of them alone is a mistake, named as such.
+    if (a.heads == 0 && a.heads_k != 0) {
+      return invalid("heads: is 0 while heads_k is " + std::to_string(a.heads_k) +
+                     " (an empty problem has both 0)");
+    }
+    if (a.heads_k == 0 && a.heads != 0) return invalid("heads_k: must be >= 1");
   } else if (a.heads % a.heads_k != 0) {
     return invalid("heads_k (" + std::to_string(a.heads_k) + ") must divide heads (" +
                    std::to_string(a.heads) + ")");

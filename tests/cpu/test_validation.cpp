@@ -109,6 +109,13 @@ TEST_F(Validation, HeadDim) {
     expect_rejected([bad](fc_forward_args& a) { a.head_dim = bad; }, "head_dim");
 }
 
+TEST_F(Validation, ZeroHeadsWithKeyHeadsNamesHeads) {
+  fc_forward_args a = args_;
+  a.heads = 0;
+  EXPECT_EQ(fc_forward(&a), FC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(fc_last_error()).rfind("heads:", 0), 0u) << fc_last_error();
+}
+
 TEST_F(Validation, HeadsMustBeAMultipleOfHeadsK) {
   expect_rejected([](fc_forward_args& a) { a.heads_k = 3; }, "heads_k");
   expect_rejected([](fc_forward_args& a) { a.heads_k = 8; }, "heads_k");
