@@ -21,26 +21,14 @@ struct DefaultConfig;
 // further ahead, which short tiles, whose first loads are the least hidden, need most (measured,
 // 3 stages against 2: s 512 363 / 348 TFLOP/s, 1k 409 / 398, 2k 476 / 470; d 128, where a third
 // stage makes O borrow Q's buffer, lost up to 11%).
-template <class E>
-struct DefaultConfig<E, 64> {
-  using type = Traits<E, 64, 192, 128, 3, false>;
-};
-template <class E>
-struct DefaultConfig<E, 96> {
-  using type = Traits<E, 96, 128, 128, 2, true>;
-};
-template <class E>
-struct DefaultConfig<E, 128> {
-  using type = Traits<E, 128, 128, 128, 2, true>;
-};
-template <class E>
-struct DefaultConfig<E, 192> {
-  using type = Traits<E, 192, 128, 96, 2, true>;
-};
-template <class E>
-struct DefaultConfig<E, 256> {
-  using type = Traits<E, 256, 128, 80, 2, true>;
-};
+// One line per head dim, read as a table:
+// clang-format off
+template <class E> struct DefaultConfig<E, 64> { using type = Traits<E, 64, 192, 128, 3, false>; };
+template <class E> struct DefaultConfig<E, 96> { using type = Traits<E, 96, 128, 128, 2, true>; };
+template <class E> struct DefaultConfig<E, 128> { using type = Traits<E, 128, 128, 128, 2, true>; };
+template <class E> struct DefaultConfig<E, 192> { using type = Traits<E, 192, 128, 96, 2, true>; };
+template <class E> struct DefaultConfig<E, 256> { using type = Traits<E, 256, 128, 80, 2, true>; };
+// clang-format on
 
 // The tile of causal problems with seqlen_q <= 1024 (launch_short_causal); void: the default's.
 template <class E, int kHeadDim>
