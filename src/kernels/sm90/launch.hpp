@@ -139,15 +139,6 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The default tile of a head dim, except that short causal problems take the alternative: at
-// d 64, s 512 the 192-row tile wastes a third of its causal diagonal blocks (measured: 128x128
-// 209 TFLOP/s against 192 for 192x128; from s 2k the 192-row tile wins, 363 against 345).
-template <class Traits, class ShortCausal>
-cudaError_t launch_short_causal(const AttentionParams& a, cudaStream_t stream) {
-  if (a.window_right == 0 && a.seqlen_q <= 1024) return launch<ShortCausal>(a, stream);
-  return launch<Traits>(a, stream);
-}
-
 template <class Traits>
 KernelEntry make_entry(fc_dtype dtype) {
   return KernelEntry{FC_FAMILY_SM90,
