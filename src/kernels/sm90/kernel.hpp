@@ -50,12 +50,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x == 0) {
       PipelineState state = cutlass::make_producer_start_state<Pipeline>();
-      int iteration = 0;  // tiles run so far (skipped ones do not count)
+      int iteration = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
       for (TileScheduler sched(p, int(blockIdx.x)); sched.valid(p);
            sched.advance(p, int(gridDim.x))) {
         WorkTile const w = sched.get(p);
         TileInfo const tile = TileInfo::make<Traits>(p, w);
-        if (tile.empty<Traits>()) continue;
         Producer<Traits, Params>::run(p, smem, pipe_k, pipe_v, state, tile, w.head, iteration);
         ++iteration;
       }
@@ -67,12 +66,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     typename Traits::TiledMmaPV mma_pv;
     TurnTaking<Traits::kPingPong> const turns{thread / 128};
     turns.start();
-    int iteration = 0;  // tiles run so far (skipped ones do not count)
+    int iteration = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
     for (TileScheduler sched(p, int(blockIdx.x)); sched.valid(p);
          sched.advance(p, int(gridDim.x))) {
       WorkTile const w = sched.get(p);
       TileInfo const tile = TileInfo::make<Traits>(p, w);
-      if (tile.empty<Traits>()) continue;
       // Hide that the thread index is the same every tile: otherwise the compiler hoists the
       // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
       int thread_here;

@@ -15,7 +15,7 @@ struct TileInfo {
   int seqlen_q, seqlen_k;  // this sequence's lengths
   int q_start, k_start;    // token index of its first query / key (0 when dense)
   int batch;               // batch coordinate of the tensors (0 when packed: the tokens place it)
-  int n_block_max;   // one past the last key block with a visible key; <= 0 means no key visible
+  int n_block_max;  // one past the last key block with a visible key; <= 0 means no key visible
   // Blocks n >= n_block_mask have some hidden (row, key) pair: the key residue (which includes
   // every shifted last block, see key0), or the causal diagonal crossing the block for the
   // tile's first row. The rest is derived where it is used: the consumers have no register to
@@ -55,13 +55,6 @@ struct TileInfo {
       t.n_block_mask = min(t.n_block_mask, diag <= 0 ? 0 : diag / Traits::kBlockN);
     }
     return t;
-  }
-
-  // A query tile past its sequence's end: the grid is sized for the longest sequence, and every
-  // role skips such a tile alike (no Q load, no epilogue) so the Q buffer's phases stay in step.
-  template <class Traits>
-  CUTE_DEVICE bool empty() const {
-    return m_block * Traits::kBlockM >= seqlen_q;
   }
 
   // Key j is visible to query i iff j <= i + causal_offset (when causal).
