@@ -52,18 +52,16 @@ struct TileScheduler {
   template <class Params>
   CUTE_HOST_DEVICE WorkTile get(Params const& p) const {
     if (p.cu_seqlens_q != nullptr) {
-      int const m_blocks = seq_m_blocks(p, seq);
-      int const per_head = units_per_head(p, m_blocks);
-      int const local = unit - seq_unit0;
-      int const head = local / per_head;
-      return WorkTile{m_block(p, local - head * per_head, m_blocks), head, seq};
+      PackedPlace const at = packed_place(p);
+      return WorkTile{m_block(p, at.index, at.m_blocks), at.head, seq};
     }
-    int const per_head = units_per_head(p, p.num_m_blocks);
-    int const paired_units = p.causal ? p.heads * p.batch * (p.num_m_blocks / 2) : p.num_units;
+    // Dense: the units of every (batch, head) first (pairs when causal), then the middle tiles.
+    int const units_per_bh = p.causal ? p.num_m_blocks / 2 : p.num_m_blocks;
+    int const paired_units = p.heads * p.batch * units_per_bh;
     int bh, m;
     if (unit < paired_units) {
-      bh = unit / (p.causal ? p.num_m_blocks / 2 : per_head);
-      m = m_block(p, unit - bh * (p.causal ? p.num_m_blocks / 2 : per_head), p.num_m_blocks);
+      bh = unit / units_per_bh;
+      m = m_block(p, unit - bh * units_per_bh, p.num_m_blocks);
     } else {
       bh = unit - paired_units;
       m = p.num_m_blocks / 2;  // the middle tile of an odd count
@@ -94,6 +92,20 @@ struct TileScheduler {
     return p.causal ? (m_blocks + 1) / 2 : m_blocks;
   }
 
+  // Where the current unit of a packed batch lies within its sequence.
+  struct PackedPlace {
+    int head;
+    int index;     // of the unit among the (sequence, head)'s units
+    int m_blocks;  // query tiles of the sequence
+  };
+  template <class Params>
+  CUTE_HOST_DEVICE PackedPlace packed_place(Params const& p) const {
+    int const m_blocks = seq_m_blocks(p, seq);
+    int const per_head = units_per_head(p, m_blocks);
+    int const local = unit - seq_unit0;
+    return PackedPlace{local / per_head, local % per_head, m_blocks};
+  }
+
   // Tile of unit index `k` within one (sequence, head): for causal work, unit k < m_blocks / 2
   // pairs the tiles m_blocks - 1 - k (first) and k; the last unit of an odd count is the middle.
   template <class Params>
@@ -107,10 +119,8 @@ struct TileScheduler {
   template <class Params>
   CUTE_HOST_DEVICE bool pairs_with_next(Params const& p) const {
     if (p.cu_seqlens_q != nullptr) {
-      int const m_blocks = seq_m_blocks(p, seq);
-      int const per_head = units_per_head(p, m_blocks);
-      int const local = unit - seq_unit0;
-      return local - local / per_head * per_head < m_blocks / 2;
+      PackedPlace const at = packed_place(p);
+      return at.index < at.m_blocks / 2;
     }
     return unit < p.heads * p.batch * (p.num_m_blocks / 2);
   }
