@@ -35,6 +35,13 @@ Status check_tensor(const char* name, const fc_tensor& t, int64_t batch, int64_t
   return {};
 }
 
+// AttentionParams keeps each tensor's strides as three fields (kernels read them by name).
+void copy_strides(const fc_tensor& t, int64_t& batch, int64_t& row, int64_t& head) {
+  batch = t.batch_stride;
+  row = t.seq_stride;
+  head = t.head_stride;
+}
+
 }  // namespace
 
 Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
@@ -123,18 +130,10 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
   p.v = a.v.data;
   p.o = a.o.data;
   p.lse = a.softmax_lse;
-  p.q_batch_stride = a.q.batch_stride;
-  p.q_row_stride = a.q.seq_stride;
-  p.q_head_stride = a.q.head_stride;
-  p.k_batch_stride = a.k.batch_stride;
-  p.k_row_stride = a.k.seq_stride;
-  p.k_head_stride = a.k.head_stride;
-  p.v_batch_stride = a.v.batch_stride;
-  p.v_row_stride = a.v.seq_stride;
-  p.v_head_stride = a.v.head_stride;
-  p.o_batch_stride = a.o.batch_stride;
-  p.o_row_stride = a.o.seq_stride;
-  p.o_head_stride = a.o.head_stride;
+  copy_strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  copy_strides(a.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  copy_strides(a.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  copy_strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   p.batch = int(a.batch);
   p.heads = int(a.heads);
   p.heads_k = int(a.heads_k);
