@@ -21,6 +21,11 @@ struct Consumer {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
+  // Registers a consumer thread needs for S, P and O (64 rows per warpgroup over 128 threads).
+  // Where fewer than 48 of its budget remain (d 64 at 160 registers, d 128 with 176 keys), ptxas
+  // spilled Q's shared-memory descriptors, which it otherwise keeps across the main loop.
+  static constexpr int kAccumulatorRegs = kBlockN / 2 + kBlockN / 4 + kHeadDim / 2;
+  static constexpr bool kTightRegisters = Traits::kConsumerRegs - kAccumulatorRegs < 48;
 
   // Returns with o holding the unnormalised output and softmax the row statistics. thread is
   // the index among all consumer threads.
@@ -61,18 +66,17 @@ struct Consumer {
     int const row0 = tile.m_block * kBlockM;
     bool const negative_scale = p.scale_log2 < 0.f;
     // Scores of a block become probabilities in place; masked blocks (and a negative scale)
-    // take the slower path that scales every score first.
-    auto softmax_step = [&](int n, float(&correction)[kRows]) {
+    // take the slower path that scales every score first. Returns whether O needs rescaling.
+    auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
       if (negative_scale || n >= tile.n_block_mask) {
         // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
         // across the loop; dense problems take it from the parameters.
         TileInfo const seq = TileInfo::make<Traits>(p, work);
         scale_and_mask(s_rc, coords, p.scale_log2, row0, seq.key0<Traits>(p, n), n * kBlockN,
                        seq.seqlen_k, p.causal, seq.causal_offset(p));
-        softmax.update(s_rc, 1.f, correction);
-      } else {
-        softmax.update(s_rc, p.scale_log2, correction);
+        return softmax.update(s_rc, 1.f, correction);
       }
+      return softmax.update(s_rc, p.scale_log2, correction);
     };
 
     // The turns started once per kernel (kernel.hpp) and run on across tiles.
@@ -96,9 +100,9 @@ struct Consumer {
     for (--n; n >= 0; --n) {
       pipe_k.consumer_wait(state_k);
       turns.wait();
-      if constexpr (Traits::kConsumerWarpgroups == 3) {
-        // At 160 registers a thread cannot keep Q's descriptors across the loop (ptxas spilled
-        // them): rebuild them from an index the compiler cannot hoist; a few integer ops.
+      if constexpr (kTightRegisters) {
+        // Rebuild Q's descriptors from an index the compiler cannot hoist (a few integer ops)
+        // rather than keep them across the loop.
         int t;
         asm volatile("mov.b32 %0, %1;" : "=r"(t) : "r"(thread));
         Tensor q_desc = mma_qk.get_thread_slice(t).partition_fragment_A(sQ);
@@ -119,15 +123,19 @@ struct Consumer {
       pipe_k.consumer_release(state_k);
       ++state_k;
       if (n == 0) q_done();
-      softmax_step(n, correction);
+      // Rows keep their reference maximum most of the time (softmax.hpp): the warp skips O's
+      // rescale unless one of its rows moved.
+      bool const rescale = __any_sync(0xffffffff, softmax_step(n, correction));
       warpgroup_wait<0>();
       warpgroup_fence_operand(o);
       pipe_v.consumer_release(state_v);
       ++state_v;
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
+      if (rescale) {
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction[r];
+        for (int r = 0; r < kRows; ++r) {
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= correction[r];
+        }
       }
       p_frag = convert_fragment<Element>(s);
     }

@@ -3,8 +3,8 @@
 // per-thread partial until the end (one reduction per tile instead of one per block).
 #pragma once
 
-#include <cute/tensor.hpp>
 #include <cmath>
+#include <cute/tensor.hpp>
 
 #include "kernels/sm90/fragment.hpp"
 
@@ -30,7 +30,13 @@ CUTE_DEVICE float quad_sum(float x) {
 
 template <int kRows>
 struct OnlineSoftmax {
-  float row_max[kRows];  // running max of the scaled (log2-domain) scores; -inf before any key
+  // A row's reference maximum moves only when a block's maximum passes it by more than this
+  // (log2 domain), so probabilities stay below 2^kMaxSlack = 256 (exact in fp32 sums, far from
+  // the 16-bit types' limits) and, after a row's first blocks, O is almost never rescaled.
+  static constexpr float kMaxSlack = 8.f;
+
+  float
+      row_max[kRows];  // reference maximum of the scaled (log2-domain) scores; -inf before any key
   float row_sum[kRows];  // this thread's share of the running sum of exp2(score - row_max)
 
   CUTE_DEVICE void init() {
@@ -41,24 +47,31 @@ struct OnlineSoftmax {
     }
   }
 
-  // s: (rows, cols) raw scores, overwritten with exp2(scale * s - max). scale must be >= 0 (a
-  // negative softmax scale is applied beforehand, with scale 1 here) so that the max of the raw
-  // scores times scale is the max of the scaled ones. Returns in `correction` the factor that
-  // rescales what was accumulated under the previous max.
+  // s: (rows, cols) raw scores, overwritten with exp2(scale * s - row_max). scale must be >= 0 (a
+  // negative softmax scale is applied beforehand, with scale 1 here): then the maximum of the raw
+  // scores, times scale, is the maximum of the scaled ones, one multiply per row instead of one
+  // per score. Writes in `correction` the factor that rescales what was accumulated under the
+  // previous reference maximum (1 where it stayed) and returns whether any of this thread's rows
+  // moved it.
   template <class Tensor>
-  CUTE_DEVICE void update(Tensor& s, float scale, float (&correction)[kRows]) {
+  CUTE_DEVICE bool update(Tensor& s, float scale, float (&correction)[kRows]) {
     static_assert(decltype(size<0>(s))::value == kRows);
+    bool moved_any = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float m = row_max[r];
+      float raw_max = s(r, 0);
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c) * scale);
-      m = quad_max(m);
+      for (int c = 1; c < size<1>(s); ++c) raw_max = fmaxf(raw_max, s(r, c));
+      float const block_max = quad_max(raw_max) * scale;
+      // -inf + slack is -inf: a row's first visible key always moves it; a block with no
+      // visible key (max -inf) never does.
+      bool const moved = block_max > row_max[r] + kMaxSlack;
+      correction[r] = moved ? fast_exp2(row_max[r] - block_max) : 1.f;
+      if (moved) row_max[r] = block_max;
+      moved_any |= moved;
       // A row that has seen only hidden keys keeps max -inf; subtract 0 then so that its
       // probabilities are exp2(-inf) = 0 rather than NaN.
-      float m_ref = m == -INFINITY ? 0.f : m;
-      correction[r] = fast_exp2(row_max[r] - m_ref);
-      row_max[r] = m;
+      float const m_ref = row_max[r] == -INFINITY ? 0.f : row_max[r];
       float sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
@@ -68,6 +81,7 @@ struct OnlineSoftmax {
       }
       row_sum[r] = row_sum[r] * correction[r] + sum;
     }
+    return moved_any;
   }
 
   // Total row sums across the quad; returns 1/sum (0 for a row that saw no key) and writes the
@@ -90,7 +104,8 @@ struct OnlineSoftmax {
 // as one unsigned compare of key - key_lo against the row's span (so no extra work per score).
 template <class Tensor, class Coords>
 CUTE_DEVICE void scale_and_mask(Tensor& s, Coords const& coords, float scale_log2, int row0,
-                                int key0, int key_lo, int seqlen_k, bool causal, int causal_offset) {
+                                int key0, int key_lo, int seqlen_k, bool causal,
+                                int causal_offset) {
   CUTE_UNROLL
   for (int r = 0; r < size<0>(s); ++r) {
     int row = row0 + get<0>(coords(r, 0));
