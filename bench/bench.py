@@ -4,7 +4,10 @@
 Every implementation is timed the same way, in this one process: the same input buffers each call
 (warm L2), `--warmup` calls, then the median of `--iters` calls, each between two CUDA events. A
 GPU sleep queued before the timed calls lets the CPU enqueue them all ahead of the GPU, so host
-overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch.
+overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch. Each row times
+every implementation `--rounds` times in rotating order and keeps the median, and a few seconds
+of GEMMs before the first row bring the clock up from idle, so that no implementation is measured
+in a moment the others do not share.
 
 The JSON follows GUIDE section 5. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
@@ -17,11 +20,13 @@ the package taken from this repository's python/ folder.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import warnings
@@ -153,6 +158,20 @@ def median_ms(fn, warmup, iters):
     return times[len(times) // 2]
 
 
+def warm_up_gpu(seconds=3.0):
+    """Runs bf16 GEMMs for about `seconds`, so that the first row does not meet an idle clock."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    elapsed_ms = 0.0
+    while elapsed_ms < seconds * 1e3:
+        start.record()
+        for _ in range(20):
+            x @ x
+        end.record()
+        end.synchronize()
+        elapsed_ms += start.elapsed_time(end)
+
+
 def rel_l2(a, b):
     a, b = a.float(), b.float()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
@@ -231,23 +250,24 @@ def run_row(r, args, log):
     gen.manual_seed(0)
     q, k, v = make_inputs(r, gen)
     work = flops(r)
-    result = {}
+    # name -> (callable, context manager factory, FLOPs it is rated by)
+    timed = {}
     peer_out = None
     for name, backend in PEERS.items():
         fn = peer_callable(r, q, k, v)
+        context = (lambda b: lambda: sdpa_kernel(b))(backend)
         # SDPA explains a refusal in warnings and then raises "No available kernel".
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel(backend):
+                with context():
                     out = fn()
                     torch.cuda.synchronize()
-                    ms = median_ms(fn, args.warmup, args.iters)
             except RuntimeError as error:
                 reasons = [str(w.message).splitlines()[0] for w in caught] + [str(error)]
                 log(f"  {name}: left out ({'; '.join(reasons)[:200]})")
                 continue
-        result[name] = work / (ms * 1e-3) / 1e12
+        timed[name] = (fn, context, work)
         if peer_out is None and r.get("kind") != "varlen":
             peer_out = out  # the padded varlen batch computes something else
         else:
@@ -270,10 +290,22 @@ def run_row(r, args, log):
         del out
         # The padded varlen batch is rated by the work it does (padding included), so that
         # ours / ours_padded compares per-FLOP rates; every other column counts useful work.
-        own_work = dense_flops(r) if name == "ours_padded" else work
-        result[name] = own_work / (median_ms(fn, args.warmup, args.iters) * 1e-3) / 1e12
+        timed[name] = (fn, contextlib.nullcontext, dense_flops(r) if name == "ours_padded" else work)
+
+    # The clock and power state drift while a row runs, so no implementation may own one moment:
+    # each round times every implementation once, the order rotating between rounds, and a
+    # figure is the median of its rounds.
+    names = list(timed)
+    samples = {name: [] for name in names}
+    for round_index in range(args.rounds):
+        shift = round_index % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            fn, context, _ = timed[name]
+            with context():
+                samples[name].append(median_ms(fn, args.warmup, args.iters))
     entry = {key: value for key, value in r.items()}
-    entry["tflops"] = {name: round(value, 1) for name, value in result.items()}
+    entry["tflops"] = {name: round(timed[name][2] / (statistics.median(samples[name]) * 1e-3) / 1e12, 1)
+                       for name in names}
     return entry
 
 
@@ -336,10 +368,14 @@ def main():
     parser.add_argument("--out", help="output folder, or a .json path (default bench/results/)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times each implementation this many times per row, in rotating order")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     if args.warmup < 5 or args.iters < 20:
         parser.error("GUIDE section 5 asks for at least 5 warm-up calls and 20 timed calls")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if not torch.cuda.is_available():
         sys.exit("bench.py needs a CUDA device")
 
@@ -352,6 +388,7 @@ def main():
 
     results = []
     with torch.inference_mode():
+        warm_up_gpu()
         for r in rows:
             print(label(r), flush=True)
             entry = run_row(r, args, lambda line: print(line, flush=True))
