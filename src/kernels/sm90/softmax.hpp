@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cute/tensor.hpp>
 
+#include "kernels/sm90/exp2_fma.hpp"
 #include "kernels/sm90/fragment.hpp"
 
 namespace flashcute::sm90 {
@@ -34,10 +35,15 @@ struct OnlineSoftmax {
   // (log2 domain), so probabilities stay below 2^kMaxSlack = 256 (exact in fp32 sums, far from
   // the 16-bit types' limits) and, after a row's first blocks, O is almost never rescaled.
   static constexpr float kMaxSlack = 8.f;
+  // Row maxima and sums run over this many interleaved partial results: a single running value
+  // is a dependency chain as long as the row (32 steps at 128 keys), which the warpgroup, alone
+  // on the SM sub-partitions during its softmax turn, would wait out.
+  static constexpr int kChains = 4;
 
-  float
-      row_max[kRows];  // reference maximum of the scaled (log2-domain) scores; -inf before any key
-  float row_sum[kRows];  // this thread's share of the running sum of exp2(score - row_max)
+  // Reference maximum of the scaled (log2-domain) scores; -inf before any key.
+  float row_max[kRows];
+  // This thread's share of the running sum of exp2(score - row_max).
+  float row_sum[kRows];
 
   CUTE_DEVICE void init() {
     CUTE_UNROLL
@@ -52,17 +58,26 @@ struct OnlineSoftmax {
   // scores, times scale, is the maximum of the scaled ones, one multiply per row instead of one
   // per score. Writes in `correction` the factor that rescales what was accumulated under the
   // previous reference maximum (1 where it stayed) and returns whether any of this thread's rows
-  // moved it.
-  template <class Tensor>
+  // moved it. kFmaExp2Every > 0 computes every kFmaExp2Every-th column's exponential with
+  // exp2_on_fma_pipe; only for blocks without masked scores, whose exponents stay above -125
+  // closely enough (the clamp's 2^-125 is nothing beside a row sum of at least 1).
+  template <int kFmaExp2Every = 0, class Tensor>
   CUTE_DEVICE bool update(Tensor& s, float scale, float (&correction)[kRows]) {
     static_assert(decltype(size<0>(s))::value == kRows);
+    constexpr int kCols = decltype(size<1>(s))::value;
+    static_assert(kCols % kChains == 0);
+    constexpr int kFmaEvery = kFmaExp2Every > 0 ? kFmaExp2Every : kCols + 1;  // never when 0
     bool moved_any = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float raw_max = s(r, 0);
+      float partial[kChains];
       CUTE_UNROLL
-      for (int c = 1; c < size<1>(s); ++c) raw_max = fmaxf(raw_max, s(r, c));
-      float const block_max = quad_max(raw_max) * scale;
+      for (int i = 0; i < kChains; ++i) partial[i] = s(r, i);
+      CUTE_UNROLL
+      for (int c = kChains; c < kCols; ++c)
+        partial[c % kChains] = fmaxf(partial[c % kChains], s(r, c));
+      float const block_max =
+          quad_max(fmaxf(fmaxf(partial[0], partial[1]), fmaxf(partial[2], partial[3]))) * scale;
       // -inf + slack is -inf: a row's first visible key always moves it; a block with no
       // visible key (max -inf) never does.
       bool const moved = block_max > row_max[r] + kMaxSlack;
@@ -72,13 +87,16 @@ struct OnlineSoftmax {
       // A row that has seen only hidden keys keeps max -inf; subtract 0 then so that its
       // probabilities are exp2(-inf) = 0 rather than NaN.
       float const m_ref = row_max[r] == -INFINITY ? 0.f : row_max[r];
-      float sum = 0.f;
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        float p = fast_exp2(fmaf(s(r, c), scale, -m_ref));
+      for (int i = 0; i < kChains; ++i) partial[i] = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        float const x = fmaf(s(r, c), scale, -m_ref);
+        float const p = c % kFmaEvery == kFmaEvery - 1 ? exp2_on_fma_pipe(x) : fast_exp2(x);
         s(r, c) = p;
-        sum += p;
+        partial[c % kChains] += p;
       }
+      float const sum = (partial[0] + partial[1]) + (partial[2] + partial[3]);
       row_sum[r] = row_sum[r] * correction[r] + sum;
     }
     return moved_any;
