@@ -22,10 +22,11 @@ struct Consumer {
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
   // Registers a consumer thread needs for S, P and O (64 rows per warpgroup over 128 threads).
-  // Where fewer than 48 of its budget remain (d 64 at 160 registers, d 128 with 176 keys), ptxas
-  // spilled Q's shared-memory descriptors, which it otherwise keeps across the main loop.
+  // Where fewer than 64 of its budget remain (d 64 at 160 registers, d 128 with 176 keys, d 256
+  // with 80), ptxas spilled Q's shared-memory descriptors, which it otherwise keeps across the
+  // main loop; those kernels rebuild them per block instead.
   static constexpr int kAccumulatorRegs = kBlockN / 2 + kBlockN / 4 + kHeadDim / 2;
-  static constexpr bool kTightRegisters = Traits::kConsumerRegs - kAccumulatorRegs < 48;
+  static constexpr bool kTightRegisters = Traits::kConsumerRegs - kAccumulatorRegs < 64;
 
   // Returns with o holding the unnormalised output and softmax the row statistics. thread is
   // the index among all consumer threads.
