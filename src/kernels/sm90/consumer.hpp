@@ -77,7 +77,7 @@ struct Consumer {
                        seq.seqlen_k, p.causal, seq.causal_offset(p));
         return softmax.update(s_rc, 1.f, correction);
       }
-      return softmax.template update<Traits::kFmaExp2Every>(s_rc, p.scale_log2, correction);
+      return softmax.update(s_rc, p.scale_log2, correction);
     };
 
     // The turns started once per kernel (kernel.hpp) and run on across tiles.

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cute/tensor.hpp>
 
-#include "kernels/sm90/exp2_fma.hpp"
 #include "kernels/sm90/fragment.hpp"
 
 namespace flashcute::sm90 {
@@ -58,15 +57,12 @@ struct OnlineSoftmax {
   // scores, times scale, is the maximum of the scaled ones, one multiply per row instead of one
   // per score. Writes in `correction` the factor that rescales what was accumulated under the
   // previous reference maximum (1 where it stayed) and returns whether any of this thread's rows
-  // moved it. kFmaExp2Every > 0 computes every kFmaExp2Every-th column's exponential with
-  // exp2_on_fma_pipe; only for blocks without masked scores, whose exponents stay above -125
-  // closely enough (the clamp's 2^-125 is nothing beside a row sum of at least 1).
-  template <int kFmaExp2Every = 0, class Tensor>
+  // moved it.
+  template <class Tensor>
   CUTE_DEVICE bool update(Tensor& s, float scale, float (&correction)[kRows]) {
     static_assert(decltype(size<0>(s))::value == kRows);
     constexpr int kCols = decltype(size<1>(s))::value;
     static_assert(kCols % kChains == 0);
-    constexpr int kFmaEvery = kFmaExp2Every > 0 ? kFmaExp2Every : kCols + 1;  // never when 0
     bool moved_any = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
@@ -92,7 +88,7 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
         float const x = fmaf(s(r, c), scale, -m_ref);
-        float const p = c % kFmaEvery == kFmaEvery - 1 ? exp2_on_fma_pipe(x) : fast_exp2(x);
+        float const p = fast_exp2(x);
         s(r, c) = p;
         partial[c % kChains] += p;
       }

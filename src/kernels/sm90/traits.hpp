@@ -50,11 +50,6 @@ struct Traits {
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
   static_assert((kProducerRegs + kConsumerRegs * kConsumerWarpgroups) * 128 <= 65536);
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
-  // Each score costs 4 * kHeadDim tensor-core FLOPs and one exponential. At d 64 the SM's ex2
-  // unit (16 a clock) needs as long per block as its tensor cores (4096 FLOPs a clock), so every
-  // 4th exponential of an unmasked block goes to the FMA pipe instead (softmax.hpp); from d 96
-  // the tensor cores take longer and ex2 keeps them all.
-  static constexpr int kFmaExp2Every = kHeadDim <= 64 ? 4 : 0;
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
   // reads it without bank conflicts.
