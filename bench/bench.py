@@ -303,9 +303,11 @@ def run_row(r, args, log):
             fn, context, _ = timed[name]
             with context():
                 samples[name].append(median_ms(fn, args.warmup, args.iters))
+    rates = {name: [timed[name][2] / (ms * 1e-3) / 1e12 for ms in samples[name]] for name in names}
+    log("  rounds: " + "; ".join(f"{name} " + " ".join(f"{v:.0f}" for v in rates[name])
+                                 for name in names))
     entry = {key: value for key, value in r.items()}
-    entry["tflops"] = {name: round(timed[name][2] / (statistics.median(samples[name]) * 1e-3) / 1e12, 1)
-                       for name in names}
+    entry["tflops"] = {name: round(statistics.median(rates[name]), 1) for name in names}
     return entry
 
 
