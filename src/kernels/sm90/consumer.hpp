@@ -27,19 +27,6 @@ struct Consumer {
   // main loop; those kernels rebuild them per block instead.
   static constexpr int kAccumulatorRegs = kBlockN / 2 + kBlockN / 4 + kHeadDim / 2;
   static constexpr bool kTightRegisters = Traits::kConsumerRegs - kAccumulatorRegs < 64;
-  static constexpr bool kHalfKeyBlocks = Traits::kHalfKeyBlocks;
-  static constexpr int kHalfSteps = kBlockN / 32;  // k16 steps of O += P V over half a block
-
-  // Whether this thread's warpgroup sees no key in the second half of key block n: its last row
-  // (rows past the sequence's end count as seeing more, never fewer, keys) stops before it.
-  CUTE_DEVICE static bool first_block_is_half(Params const& p, TileInfo const& tile, int n,
-                                              int thread) {
-    if (n < tile.n_block_mask) return false;  // unmasked: every row sees every key
-    int const last_row = tile.m_block * kBlockM + (thread / 128) * 64 + 63;
-    int limit = tile.seqlen_k;
-    if (p.causal) limit = min(limit, last_row + tile.causal_offset(p) + 1);
-    return limit <= tile.template key0<Traits>(p, n) + kBlockN / 2;
-  }
 
   // Returns with o holding the unnormalised output and softmax the row statistics. thread is
   // the index among all consumer threads.
@@ -97,28 +84,9 @@ struct Consumer {
     TurnTaking<Traits::kPingPong> const turns{thread / 128};
     int n = tile.n_block_max - 1;
     float correction[kRows];
-    // The first block visited is the one the causal diagonal (or the key residue) crosses.
-    // When this warpgroup's rows see none of its second half, both GEMMs of the block take
-    // only the first half (traits.hpp); the mask hides the rest of S as usual.
-    bool const half_block = kHalfKeyBlocks && first_block_is_half(p, tile, n, thread);
     pipe_k.consumer_wait(state_k);
     turns.wait();
-    if constexpr (kHalfKeyBlocks) {
-      if (half_block) {
-        typename Traits::TiledMmaQKHalf mma_qk_half;
-        Tensor sK_half =
-            make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKHalf{});
-        Tensor tSrK_half = mma_qk_half.get_thread_slice(thread).partition_fragment_B(sK_half);
-        Tensor s_half = make_tensor(
-            s.data(),
-            partition_fragment_C(mma_qk_half, Shape<Int<kBlockM>, Int<kBlockN / 2>>{}).layout());
-        warpgroup_gemm<true, -1>(mma_qk_half, tSrQ, tSrK_half(_, _, _, state_k.index()), s_half);
-      } else {
-        warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
-      }
-    } else {
-      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
-    }
+    warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
     turns.pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(s);
@@ -144,9 +112,7 @@ struct Consumer {
         warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state_k.index()), s);
       }
       pipe_v.consumer_wait(state_v);
-      if (first_pv && half_block) {
-        warpgroup_gemm<true, -1, kHalfSteps>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
-      } else if (first_pv) {
+      if (first_pv) {
         warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
       } else {
         warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
@@ -177,9 +143,7 @@ struct Consumer {
 
     pipe_v.consumer_wait(state_v);
     turns.wait();
-    if (first_pv && half_block) {
-      warpgroup_gemm<true, -1, kHalfSteps>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
-    } else if (first_pv) {
+    if (first_pv) {
       warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);
     } else {
       warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state_v.index()), o);

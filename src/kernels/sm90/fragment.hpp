@@ -2,8 +2,8 @@
 // re-view of a converted accumulator as the A operand of the next wgmma, and one warpgroup GEMM.
 #pragma once
 
-#include <cutlass/numeric_conversion.h>
 #include <cute/tensor.hpp>
+#include <cutlass/numeric_conversion.h>
 
 namespace flashcute::sm90 {
 
@@ -45,10 +45,9 @@ CUTE_DEVICE auto convert_fragment(Tensor const& t) {
   return out;
 }
 
-// C (+)= A B over the K modes (the first kSteps of them when kSteps > 0), issued asynchronously
-// by the whole warpgroup. kWait >= 0 waits until at most kWait wgmma batches are still in
-// flight; -1 returns at once.
-template <bool kZeroInit, int kWait, int kSteps = 0, class TiledMma, class TA, class TB, class TC>
+// C (+)= A B over the K modes, issued asynchronously by the whole warpgroup. kWait >= 0 waits
+// until at most kWait wgmma batches are still in flight; -1 returns at once.
+template <bool kZeroInit, int kWait, class TiledMma, class TA, class TB, class TC>
 CUTE_DEVICE void warpgroup_gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) {
   constexpr bool kRegisterA =
       !std::is_same_v<typename TA::iterator, GMMA::DescriptorIterator>;  // RS rather than SS
@@ -57,7 +56,7 @@ CUTE_DEVICE void warpgroup_gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) 
   warpgroup_arrive();
   if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
   CUTE_UNROLL
-  for (int k = 0; k < (kSteps > 0 ? kSteps : int(size<2>(a))); ++k) {
+  for (int k = 0; k < size<2>(a); ++k) {
     cute::gemm(mma, a(_, _, k), b(_, _, k), c);
     mma.accumulate_ = GMMA::ScaleOut::One;
   }

@@ -89,19 +89,6 @@ struct Traits {
                            GMMA::Major::K, GMMA::Major::MN>(),
       MmaAtomLayout{}));
 
-  // A warpgroup whose rows see no key in the second half of a masked block (the upper half of
-  // the causal diagonal) multiplies only the first half: S = Q K^T with N = kBlockN / 2 over the
-  // block's first kBlockN / 2 rows of K, and O += P V with K = kBlockN / 2. Both need the half to
-  // be a multiple of 16 (wgmma's K step).
-  static constexpr bool kHalfKeyBlocks = kBlockN % 32 == 0;
-  using TiledMmaQKHalf = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float,
-                           Shape<_64, Int<kBlockN / 2>, Int<kHeadDim>>>(),
-      MmaAtomLayout{}));
-  using SmemLayoutKHalf = decltype(composition(
-      SmemLayoutKV{}, make_layout(Shape<Int<kBlockN / 2>, Int<kHeadDim>, Int<kStages>>{},
-                                  make_stride(_1{}, Int<kBlockN>{}, Int<kBlockN * kHeadDim>{}))));
-
   // Global tensors are (seqlen, head_dim, heads, batch); the TMA box is one tile of the first two.
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
