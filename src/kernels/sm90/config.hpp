@@ -43,7 +43,9 @@ struct ShortCausalConfig<E, 64> {
 };
 // d 256's 80-key block does not divide the 128-row tile, so a causal tile's last block overshoots
 // its diagonal: at s 512 the four tiles of a head take 2 + 4 + 5 + 7 blocks of 80 keys (1440 key
-// rows) against 2 + 4 + 6 + 8 of 64 (1280), 11% less GEMM work for 11% more blocks.
+// rows) against 2 + 4 + 6 + 8 of 64 (1280), 11% less GEMM work for 11% more blocks. Measured
+// (H200, bf16, b 16384/s, h 8, causal, 128x80 / 128x64): s 512 314 / 332, 1k 463 / 487, 2k 618 /
+// 626 TFLOP/s.
 template <class E>
 struct ShortCausalConfig<E, 256> {
   using type = Traits<E, 256, 128, 64, 2, true>;
