@@ -63,6 +63,7 @@ struct OnlineSoftmax {
     static_assert(decltype(size<0>(s))::value == kRows);
     constexpr int kCols = decltype(size<1>(s))::value;
     static_assert(kCols % kChains == 0);
+    static_assert(kChains == 4, "the chains are joined below as a two-level tree of four");
     bool moved_any = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
@@ -87,8 +88,7 @@ struct OnlineSoftmax {
       for (int i = 0; i < kChains; ++i) partial[i] = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
-        float const x = fmaf(s(r, c), scale, -m_ref);
-        float const p = fast_exp2(x);
+        float const p = fast_exp2(fmaf(s(r, c), scale, -m_ref));
         s(r, c) = p;
         partial[c % kChains] += p;
       }
