@@ -8,6 +8,9 @@
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
+#   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
+#           flags) -> peers-details.txt: launch shape, registers, throughputs of each kernel
+# Nsight Compute runs with --clock-control none: the card's clocks are left as they are.
 # Each step has a time cap (STEP_TIMEOUT_<step>, seconds). Logs and results go to $OUT (or
 # ./device-out); a short summary is printed last.
 set -uo pipefail
@@ -72,7 +75,7 @@ step_profile() {
   local flags=${PROFILE_FLAGS:-"--family sm90 --auto_tile --batch_size 32 --seqlen_q 512 --seqlen_k 512"}
   local ncu
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout "${STEP_TIMEOUT_profile:-240}" "$ncu" --set full --import-source no -k regex:forward_kernel \
+  timeout "${STEP_TIMEOUT_profile:-240}" "$ncu" --clock-control none --set full --import-source no -k regex:forward_kernel \
     --launch-skip 2 -c 1 -f -o "$OUT/profile" "$BUILD_DIR/bin/flashcute_run" $flags \
     --skip_ref_check --warmup_iterations 2 --iterations 1 >"$OUT/profile.log" 2>&1
   "$ncu" --import "$OUT/profile.ncu-rep" --page details >"$OUT/profile-details.txt" 2>&1
@@ -81,6 +84,22 @@ step_profile() {
   grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Stall" \
     "$OUT/profile-details.txt" | head -n 20
   summary+=("profile ($flags): $(grep -m1 -E '^ +Duration' "$OUT/profile-details.txt")")
+}
+
+step_peers() {
+  install_wheel || return
+  local flags=${PEERS_FLAGS:-"--b 32 --s 512 --h 32 --d 64 --causal"}
+  local ncu ranges=()
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for impl in torch_cudnn ours; do ranges+=(--nvtx-include "$impl/"); done
+  timeout "${STEP_TIMEOUT_peers:-240}" "$ncu" --clock-control none --nvtx "${ranges[@]}" \
+    --section LaunchStats --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    -f -o "$OUT/peers" python3 bench/profile_row.py $flags >"$OUT/peers.log" 2>&1
+  "$ncu" --import "$OUT/peers.ncu-rep" --page details >"$OUT/peers-details.txt" 2>&1
+  grep -E "^  [a-z_]|Duration|Grid Size|Block Size|Registers Per|Shared Memory Configuration Size|Dynamic Shared|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|L2 Hit" \
+    "$OUT/peers-details.txt" | head -n 60
+  summary+=("peers ($flags): see peers-details.txt")
 }
 
 for step in $STEPS; do

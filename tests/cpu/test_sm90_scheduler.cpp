@@ -18,6 +18,7 @@ namespace {
 struct FakeParams {
   static constexpr int kBlockM = 128;
   int heads = 1, batch = 1, num_m_blocks = 1, num_units = 0;
+  cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
   bool causal = false;
   const int32_t* cu_seqlens_q = nullptr;
 };
@@ -78,7 +79,7 @@ TEST(Sm90Scheduler, DenseEveryTileOnce) {
         p.batch = 2;
         p.causal = causal;
         p.num_m_blocks = m_blocks(seqlen);
-        p.num_units = TileScheduler::num_units(p);
+        TileScheduler::prepare(p);
         SCOPED_TRACE(testing::Message()
                      << "causal " << causal << " seqlen " << seqlen << " grid " << grid);
         expect_each_tile_once(p, std::vector<int>(p.batch, seqlen), std::min(grid, p.num_units));
@@ -102,7 +103,7 @@ TEST(Sm90Scheduler, PackedEveryTileOnceNoEmptyTiles) {
     p.batch = batch;
     p.causal = rng() % 2;
     p.num_m_blocks = m_blocks(*std::max_element(seqlens.begin(), seqlens.end()));
-    p.num_units = TileScheduler::num_units(p);
+    TileScheduler::prepare(p);
     p.cu_seqlens_q = cu.data();
     int const grid = 1 + int(rng() % 140);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
@@ -123,7 +124,7 @@ TEST(Sm90Scheduler, PackedLoadIsBalanced) {
     p.batch = int(seqlens.size());
     p.causal = causal;
     p.num_m_blocks = m_blocks(8192);
-    p.num_units = TileScheduler::num_units(p);
+    TileScheduler::prepare(p);
     p.cu_seqlens_q = cu.data();
     int const grid = 132;
     // Cost of a tile: the key blocks (of 128) it visits, plus one for its set-up and epilogue.

@@ -1,7 +1,8 @@
 // The tile chosen for each head dimension: 128 query rows (two consumer warpgroups) or 192
-// (three); the key block is as wide as registers (S, P and O) and shared memory (Q plus two K
-// and two V stages, at most 227 KB) allow. A head dim may add a tile for short causal problems
-// and one for non-causal problems; the default entry hands those problems to it.
+// (three), one CTA per SM; or 64 rows (one consumer warpgroup) with several CTAs per SM. The key
+// block is as wide as registers (S, P and O) and shared memory (Q plus two K and two V stages, at
+// most 227 KB per SM) allow. A head dim may add a tile for short causal problems and one for
+// non-causal problems; the default entry hands those problems to it.
 #pragma once
 
 #include <type_traits>
@@ -30,16 +31,22 @@ template <class E> struct DefaultConfig<E, 192> { using type = Traits<E, 192, 12
 template <class E> struct DefaultConfig<E, 256> { using type = Traits<E, 256, 128, 80, 2, true>; };
 // clang-format on
 
-// The tile of causal problems with seqlen_q <= kShortQueries; void: the default's. At d 64,
-// s 512 the 192-row tile wastes a third of its causal diagonal blocks (measured: 128x128 209
-// TFLOP/s against 192 for 192x128; from s 2k the 192-row tile wins, 363 against 345).
+// The tile of causal problems with seqlen_q <= kShortQueries; void: the default's. At d 64 a
+// short causal tile visits few key blocks (2.5 on average at s 512), so its start and end cost as
+// much as its main loop, and two warpgroups sharing a tile wait through them together. 64x64
+// tiles with one consumer warpgroup each run as three CTAs per SM (S, P and O need 80 of the 136
+// registers left to a consumer), so three independent tiles overlap each other's starts, ends and
+// softmax; the 64-key block also follows the diagonal closely. Measured (H200, bf16, b 16384/s,
+// h 32, causal, TFLOP/s; 128x128 ping-pong / 64x128 two CTAs per SM / 64x64 three CTAs per SM /
+// the default 192x128): s 512 228 / 231 / 281 / 214, 1k 303 / 303 / 351 / 277, 2k 367 / 368 /
+// 402 / 403.
 template <class E, int kHeadDim>
 struct ShortCausalConfig {
   using type = void;
 };
 template <class E>
 struct ShortCausalConfig<E, 64> {
-  using type = Traits<E, 64, 128, 128, 3, true>;  // 3 stages: s 512 219 / 216, 1k 297 / 294
+  using type = Traits<E, 64, 64, 64, 3, false, 3>;
 };
 // d 256's 80-key block does not divide the 128-row tile, so a causal tile's last block overshoots
 // its diagonal: at s 512 the four tiles of a head take 2 + 4 + 5 + 7 blocks of 80 keys (1440 key

@@ -65,18 +65,29 @@ struct Consumer {
     }
 
     int const row0 = tile.m_block * kBlockM;
-    bool const negative_scale = p.scale_log2 < 0.f;
-    // Scores of a block become probabilities in place; masked blocks (and a negative scale)
-    // take the slower path that scales every score first. Returns whether O needs rescaling.
+    // A positive scale is applied inside the softmax (its row maximum is then the raw scores'
+    // maximum times the scale); any other scale multiplies the scores first.
+    bool const scale_first = !(p.scale_log2 > 0.f);
+    // Scores of a block become probabilities in place; blocks with hidden pairs are masked with
+    // -inf first. Returns whether O needs rescaling.
     auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
-      if (negative_scale || n >= tile.n_block_mask) {
-        // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
-        // across the loop; dense problems take it from the parameters.
-        TileInfo const seq = TileInfo::make<Traits>(p, work);
-        scale_and_mask(s_rc, coords, p.scale_log2, row0, seq.key0<Traits>(p, n), n * kBlockN,
-                       seq.seqlen_k, p.causal, seq.causal_offset(p));
-        return softmax.update(s_rc, 1.f, correction);
+      if (scale_first || n >= tile.n_block_mask) {
+        float scale = p.scale_log2;
+        if (scale_first) {
+          scale_scores(s_rc, scale);
+          scale = 1.f;
+        }
+        if (n >= tile.n_block_mask) {
+          // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
+          // across the loop; dense problems take it from the parameters.
+          TileInfo const seq = TileInfo::make<Traits>(p, work);
+          mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN, seq.seqlen_k,
+                      p.causal, seq.causal_offset(p));
+        }
+        return softmax.update(s_rc, scale, correction);
       }
+      // The steady state has a copy of its own: one path for both made ptxas wait for the PV
+      // GEMM before the softmax (d 64 192x128, 160 registers: -10%).
       return softmax.update(s_rc, p.scale_log2, correction);
     };
 

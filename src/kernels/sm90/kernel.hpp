@@ -17,7 +17,7 @@
 namespace flashcute::sm90 {
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
     forward_kernel(CUTE_GRID_CONSTANT KernelParams<Traits> const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Params = KernelParams<Traits>;

@@ -3,6 +3,8 @@
 // sequence offsets of a packed batch, and the mask geometry.
 #pragma once
 
+#include <cutlass/fast_math.h>
+
 #include <cstdint>
 
 namespace flashcute::sm90 {
@@ -36,6 +38,9 @@ struct KernelParams {
   float scale_log2;
   bool causal;
   bool bottom_right;  // causal diagonal at key = query + seqlen_k - seqlen_q of each sequence
+  // Dense schedule, set by TileScheduler::prepare: divide by heads, and by the paired units of
+  // one (batch, head).
+  cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
 };
 
 }  // namespace flashcute::sm90

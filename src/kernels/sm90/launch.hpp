@@ -121,20 +121,28 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
       a.cu_seqlens_k,
       a.scale_log2,
       a.window_right == 0,
-      a.bottom_right};
-  p.num_units = TileScheduler::num_units(p);
+      a.bottom_right,
+      {},   // heads_divmod and
+      {}};  // paired_per_bh_divmod: prepare() below
+  TileScheduler::prepare(p);
 
   auto kernel = forward_kernel<Traits>;
   constexpr int smem_bytes = Traits::kSmemBytes;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (err != cudaSuccess) return err;
-  // Persistent grid: one CTA per SM (the shared-memory footprint allows no second one).
+  if constexpr (Traits::kCtasPerSm > 1) {
+    // Ask for the largest shared-memory carve-out, so that the CTAs fit side by side.
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               int(cudaSharedmemCarveoutMaxShared));
+    if (err != cudaSuccess) return err;
+  }
+  // Persistent grid: as many CTAs as fit on the SMs at once (traits.hpp: kCtasPerSm).
   int device = 0, sms = 0;
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  int const grid = std::min(p.num_units, sms);
+  int const grid = std::min(p.num_units, sms * Traits::kCtasPerSm);
   kernel<<<grid, Traits::kThreads, smem_bytes, stream>>>(p);
   return cudaGetLastError();
 }

@@ -16,6 +16,9 @@
 #pragma once
 
 #include <cute/config.hpp>
+#include <cutlass/fast_math.h>
+
+#include <algorithm>
 
 namespace flashcute::sm90 {
 
@@ -38,6 +41,17 @@ struct TileScheduler {
     return bh * ((p.num_m_blocks + 1) / 2);
   }
 
+  // Host, once per launch: the number of units and the divisors of the dense schedule, which
+  // every CTA applies to every tile (FastDivmod: a multiply-high and a shift instead of the ~25
+  // instructions of an integer division).
+  template <class Params>
+  static void prepare(Params& p) {
+    p.num_units = num_units(p);
+    p.heads_divmod = cutlass::FastDivmod(p.heads);
+    // No paired unit when causal with one tile per sequence; the divisor is then never used.
+    p.paired_per_bh_divmod = cutlass::FastDivmod(std::max(paired_units_per_bh(p), 1));
+  }
+
   template <class Params>
   CUTE_HOST_DEVICE TileScheduler(Params const& p, int first_unit)
       : unit(first_unit), second(0), seq(0), seq_unit0(0) {
@@ -56,17 +70,19 @@ struct TileScheduler {
       return WorkTile{m_block(p, at.index, at.m_blocks), at.head, seq};
     }
     // Dense: the units of every (batch, head) first (pairs when causal), then the middle tiles.
-    int const units_per_bh = p.causal ? p.num_m_blocks / 2 : p.num_m_blocks;
-    int const paired_units = p.heads * p.batch * units_per_bh;
+    int const paired_units = p.heads * p.batch * paired_units_per_bh(p);
     int bh, m;
     if (unit < paired_units) {
-      bh = unit / units_per_bh;
-      m = m_block(p, unit - bh * units_per_bh, p.num_m_blocks);
+      int k;
+      p.paired_per_bh_divmod(bh, k, unit);
+      m = m_block(p, k, p.num_m_blocks);
     } else {
       bh = unit - paired_units;
       m = p.num_m_blocks / 2;  // the middle tile of an odd count
     }
-    return WorkTile{m, bh % p.heads, bh / p.heads};
+    int batch, head;
+    p.heads_divmod(batch, head, bh);
+    return WorkTile{m, head, batch};
   }
 
   template <class Params>
@@ -123,6 +139,13 @@ struct TileScheduler {
       return at.index < at.m_blocks / 2;
     }
     return unit < p.heads * p.batch * (p.num_m_blocks / 2);
+  }
+
+  // Dense: the units of one (batch, head) that come before the middle tiles (all of its units
+  // unless causal).
+  template <class Params>
+  CUTE_HOST_DEVICE static int paired_units_per_bh(Params const& p) {
+    return p.causal ? p.num_m_blocks / 2 : p.num_m_blocks;
   }
 
   // Moves the cursor forward to the sequence holding `unit` (or past the last one).

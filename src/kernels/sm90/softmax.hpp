@@ -52,10 +52,10 @@ struct OnlineSoftmax {
     }
   }
 
-  // s: (rows, cols) raw scores, overwritten with exp2(scale * s - row_max). scale must be >= 0 (a
-  // negative softmax scale is applied beforehand, with scale 1 here): then the maximum of the raw
-  // scores, times scale, is the maximum of the scaled ones, one multiply per row instead of one
-  // per score. Writes in `correction` the factor that rescales what was accumulated under the
+  // s: (rows, cols) raw scores (-inf where masked), overwritten with exp2(scale * s - row_max).
+  // scale must be > 0 (any other softmax scale is applied beforehand, with scale 1 here): then
+  // the maximum of the raw scores, times scale, is the maximum of the scaled ones, one multiply
+  // per row instead of one per score, and -inf stays -inf. Writes in `correction` the factor that rescales what was accumulated under the
   // previous reference maximum (1 where it stayed) and returns whether any of this thread's rows
   // moved it.
   template <class Tensor>
@@ -111,26 +111,47 @@ struct OnlineSoftmax {
   }
 };
 
-// Scales raw scores by scale_log2 and hides (row, key) pairs outside the mask with -inf.
+// Multiplies every score by scale (the path of a softmax scale that is not positive, whose
+// maximum cannot be taken over the raw scores).
+template <class Tensor>
+CUTE_DEVICE void scale_scores(Tensor& s, float scale) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(s); ++i) s(i) *= scale;
+}
+
+// Hides (row, key) pairs outside the mask with -inf and leaves the visible scores as they are.
 // coords: the identity tensor of the tile partitioned like s, giving (row, column) within the
 // tile. Column c holds key key0 + c; keys below key_lo (rows of a shifted last block that belong
-// to the block before, tile_info.hpp) are hidden too. Visible: key_lo <= key < limit(row), tested
-// as one unsigned compare of key - key_lo against the row's span (so no extra work per score).
+// to the block before, tile_info.hpp) are hidden too. Visible: key_lo <= key < limit(row).
+// A thread's columns are its first column plus offsets known at compile time, so the bounds are
+// moved onto the offsets once per row and each score costs one compare with an immediate and a
+// select (on the diagonal block of every causal tile, this is most of the masking work).
 template <class Tensor, class Coords>
-CUTE_DEVICE void scale_and_mask(Tensor& s, Coords const& coords, float scale_log2, int row0,
-                                int key0, int key_lo, int seqlen_k, bool causal,
-                                int causal_offset) {
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(s); ++r) {
-    int row = row0 + get<0>(coords(r, 0));
-    int limit = seqlen_k;
-    if (causal) limit = min(limit, row + causal_offset + 1);
-    unsigned const span = unsigned(max(limit - key_lo, 0));
+CUTE_DEVICE void mask_scores(Tensor& s, Coords const& coords, int row0, int key0, int key_lo,
+                             int seqlen_k, bool causal, int causal_offset) {
+  int const first_col = get<1>(coords(0, 0));
+  int const first_key = key0 + first_col;
+  auto mask = [&](auto shifted) {
+    int const lo = key_lo - first_key;  // offsets below lo are hidden keys of the block before
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(s); ++c) {
-      int key = key0 + get<1>(coords(r, c));
-      s(r, c) = unsigned(key - key_lo) < span ? s(r, c) * scale_log2 : -INFINITY;
+    for (int r = 0; r < size<0>(s); ++r) {
+      int limit = seqlen_k;
+      if (causal) limit = min(limit, row0 + get<0>(coords(r, 0)) + causal_offset + 1);
+      int const hi = limit - first_key;  // offsets from hi on are hidden
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        int const offset = get<1>(coords(r, c)) - first_col;
+        bool visible = offset < hi;
+        if constexpr (decltype(shifted)::value) visible = visible && offset >= lo;
+        s(r, c) = visible ? s(r, c) : -INFINITY;
+      }
     }
+  };
+  // Only a packed sequence's shifted last block has a lower bound (key_lo > key0).
+  if (key_lo > key0) {
+    mask(cute::true_type{});
+  } else {
+    mask(cute::false_type{});
   }
 }
 

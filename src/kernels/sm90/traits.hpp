@@ -33,7 +33,8 @@ constexpr bool rows_are_shifted_slices(int slices, int head_dim, int offset) {
   return true;
 }
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_,
+          int kCtasPerSm_ = 1>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -44,11 +45,16 @@ struct Traits {
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;  // plus one producer warpgroup
-  // setmaxnreg budgets: the producer keeps 24 registers, the consumers share the rest of the
-  // 64K-register file (a multiple of 8 each).
+  // CTAs resident on one SM, each walking its own tiles of the persistent grid: with one consumer
+  // warpgroup per CTA, the others' GEMMs run while one is in its softmax or between tiles.
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+  // setmaxnreg budgets. A CTA starts with the registers its launch bounds allow every thread (a
+  // multiple of 8); the producer gives back all but 24 and the consumers share the rest (a
+  // multiple of 8 each, at most 240).
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
-  static_assert((kProducerRegs + kConsumerRegs * kConsumerWarpgroups) * 128 <= 65536);
+  static constexpr int kEntryRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
+  static constexpr int kConsumerRegs = cute::min(
+      240, (kEntryRegs * kThreads - kProducerRegs * 128) / (128 * kConsumerWarpgroups) / 8 * 8);
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
@@ -133,6 +139,8 @@ struct Traits {
     OBuffer o;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  // 228 KB per SM, of which the driver keeps 1 KB per CTA.
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024);
 };
 
 }  // namespace flashcute::sm90

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Runs one benchmark row's implementations once each inside NVTX ranges named after them, so
+that Nsight Compute can profile exactly those calls, ours and the peers side by side:
+
+  ncu --clock-control none --nvtx --nvtx-include "torch_cudnn/" --nvtx-include "ours/" \
+      --section LaunchStats --section SpeedOfLight ... python3 bench/profile_row.py --b 32 ...
+
+Each implementation is warmed up first (outside any range), so handle creation and module loads
+stay out of the profiled call. The row is given as bench.py builds it (b, s, h, d, causal, dtype).
+"""
+
+import argparse
+
+import torch
+
+import bench
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--b", type=int, required=True)
+    parser.add_argument("--s", type=int, required=True)
+    parser.add_argument("--h", type=int, required=True)
+    parser.add_argument("--d", type=int, required=True)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--dtype", default="bf16", choices=sorted(bench.DTYPES))
+    parser.add_argument("--impls", nargs="+", default=["torch_cudnn", "ours"],
+                        help="among ours, ours_sm80, ours_sm90 and bench.PEERS")
+    args = parser.parse_args()
+
+    r = bench.row(args.b, args.s, args.h, args.d, args.causal, args.dtype)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    q, k, v = bench.make_inputs(r, gen)
+    ours = bench.our_callables(r, q, k, v)
+    for name in args.impls:
+        if name in bench.PEERS:
+            fn = bench.peer_callable(r, q, k, v)
+            context = bench.sdpa_kernel(bench.PEERS[name])
+        elif name in ours:
+            fn = ours[name]
+            context = bench.contextlib.nullcontext()
+        else:
+            parser.error(f"--impls: no implementation {name!r} for this row")
+        with context:
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(name)
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+        print(f"{name}: profiled one call of {bench.label(r)}")
+
+
+if __name__ == "__main__":
+    main()
