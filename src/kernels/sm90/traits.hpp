@@ -55,6 +55,9 @@ struct Traits {
   static constexpr int kEntryRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static constexpr int kConsumerRegs = cute::min(
       240, (kEntryRegs * kThreads - kProducerRegs * 128) / (128 * kConsumerWarpgroups) / 8 * 8);
+  // setmaxnreg.inc waits until the registers are free: asking for more than the CTA started with
+  // would hang the consumers.
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads);
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
