@@ -55,9 +55,9 @@ struct OnlineSoftmax {
   // s: (rows, cols) raw scores (-inf where masked), overwritten with exp2(scale * s - row_max).
   // scale must be > 0 (any other softmax scale is applied beforehand, with scale 1 here): then
   // the maximum of the raw scores, times scale, is the maximum of the scaled ones, one multiply
-  // per row instead of one per score, and -inf stays -inf. Writes in `correction` the factor that rescales what was accumulated under the
-  // previous reference maximum (1 where it stayed) and returns whether any of this thread's rows
-  // moved it.
+  // per row instead of one per score, and -inf stays -inf. Writes in `correction` the factor that
+  // rescales what was accumulated under the previous reference maximum (1 where it stayed) and
+  // returns whether any of this thread's rows moved it.
   template <class Tensor>
   CUTE_DEVICE bool update(Tensor& s, float scale, float (&correction)[kRows]) {
     static_assert(decltype(size<0>(s))::value == kRows);
