@@ -122,7 +122,8 @@ struct Traits {
   // where it does not fit (d 192, d 256) O borrows Q's buffer and the next Q waits for the
   // epilogue.
   static constexpr int kBytesQKV = int(kBytesQ + 2 * kStages * kBytesKV);
-  static constexpr bool kSeparateO = kBytesQKV + int(kBytesQ) + 1024 <= 227 * 1024;
+  static constexpr bool kSeparateO =
+      kCtasPerSm * (kBytesQKV + int(kBytesQ) + 2048) <= 228 * 1024;  // barriers, driver: 1 KB each
   struct NoBuffer {};
   using OBuffer = std::conditional_t<kSeparateO,
                                      cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>,
