@@ -76,16 +76,18 @@ struct NonCausalConfig<E, 128> {
 };
 
 // What the default entry runs when the caller left the tile to the library (an explicit tile
-// request runs exactly that tile). supports() admits no window but the causal one (window_right
-// 0), so any other window_right means non-causal.
+// request runs exactly that tile). Causal means a right window edge at the diagonal, with or
+// without a left edge. The long-key tile is for attention without a window: under a local window
+// a tile visits few key blocks, as in a short sequence, where the 176-key tile loses (above).
 constexpr int kLongKeys = 8192;
 constexpr int kShortQueries = 1024;
 
 template <class Default, class ShortCausal, class NonCausal>
 cudaError_t launch_by_problem(const AttentionParams& a, cudaStream_t stream) {
   bool const causal = a.window_right == 0;
+  bool const windowed = a.window_left >= 0 || a.window_right >= 0;
   if constexpr (!std::is_void_v<NonCausal>) {
-    if (!causal && a.seqlen_k >= kLongKeys) return launch<NonCausal>(a, stream);
+    if (!windowed && a.seqlen_k >= kLongKeys) return launch<NonCausal>(a, stream);
   }
   if constexpr (!std::is_void_v<ShortCausal>) {
     if (causal && a.seqlen_q <= kShortQueries) return launch<ShortCausal>(a, stream);

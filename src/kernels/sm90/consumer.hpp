@@ -59,7 +59,7 @@ struct Consumer {
     softmax.init();
     clear(o);
     smem.bar_q.wait(iteration & 1);
-    if (tile.n_block_max <= 0) {
+    if (tile.n_block_max <= tile.n_block_min) {
       q_done();
       return;
     }
@@ -71,18 +71,19 @@ struct Consumer {
     // Scores of a block become probabilities in place; blocks with hidden pairs are masked with
     // -inf first. Returns whether O needs rescaling.
     auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
-      if (scale_first || n >= tile.n_block_mask) {
+      bool const masked = n >= tile.n_block_mask || n < tile.n_block_left_mask;
+      if (scale_first || masked) {
         float scale = p.scale_log2;
         if (scale_first) {
           scale_scores(s_rc, scale);
           scale = 1.f;
         }
-        if (n >= tile.n_block_mask) {
+        if (masked) {
           // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
           // across the loop; dense problems take it from the parameters.
           TileInfo const seq = TileInfo::make<Traits>(p, work);
           mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN, seq.seqlen_k,
-                      p.causal, seq.causal_offset(p));
+                      p.window_left, p.window_right, seq.diagonal(p));
         }
         return softmax.update(s_rc, scale, correction);
       }
@@ -103,13 +104,13 @@ struct Consumer {
     warpgroup_fence_operand(s);
     pipe_k.consumer_release(state_k);
     ++state_k;
-    if (n == 0) q_done();
+    if (n == tile.n_block_min) q_done();
     softmax_step(n, correction);
     Tensor p_frag = convert_fragment<Element>(s);
     Tensor p_a = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     bool first_pv = true;
 
-    for (--n; n >= 0; --n) {
+    for (--n; n >= tile.n_block_min; --n) {
       pipe_k.consumer_wait(state_k);
       turns.wait();
       if constexpr (kTightRegisters) {
@@ -134,7 +135,7 @@ struct Consumer {
       warpgroup_fence_operand(s);
       pipe_k.consumer_release(state_k);
       ++state_k;
-      if (n == 0) q_done();
+      if (n == tile.n_block_min) q_done();
       // Rows keep their reference maximum most of the time (softmax.hpp): the warp skips O's
       // rescale unless one of its rows moved.
       bool const rescale = __any_sync(0xffffffff, softmax_step(n, correction));

@@ -36,8 +36,12 @@ struct KernelParams {
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   float scale_log2;
-  bool causal;
-  bool bottom_right;  // causal diagonal at key = query + seqlen_k - seqlen_q of each sequence
+  // Query i sees key j iff i + diag - window_left <= j <= i + diag + window_right (a negative
+  // bound is unbounded; causal is window_right 0), with diag = seqlen_k - seqlen_q of the sequence
+  // when bottom_right, else 0.
+  int window_left, window_right;
+  bool bottom_right;
+  bool causal;  // causal without a left window: a tile's cost grows with its row (scheduler.hpp)
   // Dense schedule, set by TileScheduler::prepare: divide by heads, and by the paired units of
   // one (batch, head).
   cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;

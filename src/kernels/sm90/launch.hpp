@@ -14,7 +14,8 @@ namespace flashcute::sm90 {
 
 inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// TMA needs 16-byte aligned bases and strides; features this family lacks go to SM80.
+// TMA needs 16-byte aligned bases and strides; features this family lacks (softcap, ALiBi) go to
+// SM80.
 template <class Traits>
 bool supports(const AttentionParams& p) {
   bool const varlen = p.cu_seqlens_q != nullptr;
@@ -23,7 +24,6 @@ bool supports(const AttentionParams& p) {
   // caller that left it 0 (allowed without LSE) goes to SM80.
   if (varlen && (p.lse_head_stride <= 0 || p.lse_head_stride > INT_MAX)) return false;
   if (p.softcap != 0.f || p.alibi_slopes != nullptr) return false;
-  if (p.window_left >= 0 || p.window_right > 0) return false;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return false;
   if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k < 0) return false;
   if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
@@ -120,8 +120,10 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
       a.cu_seqlens_q,
       a.cu_seqlens_k,
       a.scale_log2,
-      a.window_right == 0,
+      a.window_left,
+      a.window_right,
       a.bottom_right,
+      a.window_right == 0 && a.window_left < 0,
       {},   // heads_divmod and
       {}};  // paired_per_bh_divmod: prepare() below
   TileScheduler::prepare(p);

@@ -57,9 +57,9 @@ struct Producer {
       smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
       copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
     };
-    if (tile.n_block_max <= 0) load_q();
+    if (tile.n_block_max <= tile.n_block_min) load_q();
 
-    for (int n = tile.n_block_max - 1; n >= 0; --n) {
+    for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
       bool const last = n == n_last;
       pipe_k.producer_acquire(state);
       copy(p.tma_k.with(*pipe_k.producer_get_barrier(state), 0), last ? tKg_last(_, n) : tKg(_, n),

@@ -121,34 +121,37 @@ CUTE_DEVICE void scale_scores(Tensor& s, float scale) {
 
 // Hides (row, key) pairs outside the mask with -inf and leaves the visible scores as they are.
 // coords: the identity tensor of the tile partitioned like s, giving (row, column) within the
-// tile. Column c holds key key0 + c; keys below key_lo (rows of a shifted last block that belong
-// to the block before, tile_info.hpp) are hidden too. Visible: key_lo <= key < limit(row).
+// tile. Column c holds key key0 + c. Row i sees keys key_lo <= j < seqlen_k with
+// i + diag - window_left <= j <= i + diag + window_right (a negative bound is unbounded); keys
+// below key_lo are rows of a shifted last block that belong to the block before (tile_info.hpp).
 // A thread's columns are its first column plus offsets known at compile time, so the bounds are
 // moved onto the offsets once per row and each score costs one compare with an immediate and a
-// select (on the diagonal block of every causal tile, this is most of the masking work).
+// select (two compares where a lower bound applies).
 template <class Tensor, class Coords>
 CUTE_DEVICE void mask_scores(Tensor& s, Coords const& coords, int row0, int key0, int key_lo,
-                             int seqlen_k, bool causal, int causal_offset) {
+                             int seqlen_k, int window_left, int window_right, int diag) {
   int const first_col = get<1>(coords(0, 0));
   int const first_key = key0 + first_col;
-  auto mask = [&](auto shifted) {
-    int const lo = key_lo - first_key;  // offsets below lo are hidden keys of the block before
+  auto mask = [&](auto two_sided) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
+      int const row = row0 + get<0>(coords(r, 0));
       int limit = seqlen_k;
-      if (causal) limit = min(limit, row0 + get<0>(coords(r, 0)) + causal_offset + 1);
+      if (window_right >= 0) limit = min(limit, row + diag + window_right + 1);
       int const hi = limit - first_key;  // offsets from hi on are hidden
+      int lo = key_lo - first_key;       // offsets below lo are hidden
+      if (window_left >= 0) lo = max(lo, row + diag - window_left - first_key);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
         int const offset = get<1>(coords(r, c)) - first_col;
         bool visible = offset < hi;
-        if constexpr (decltype(shifted)::value) visible = visible && offset >= lo;
+        if constexpr (decltype(two_sided)::value) visible = visible && offset >= lo;
         s(r, c) = visible ? s(r, c) : -INFINITY;
       }
     }
   };
-  // Only a packed sequence's shifted last block has a lower bound (key_lo > key0).
-  if (key_lo > key0) {
+  // A lower bound: a left window, or a packed sequence's shifted last block (key_lo > key0).
+  if (window_left >= 0 || key_lo > key0) {
     mask(cute::true_type{});
   } else {
     mask(cute::false_type{});

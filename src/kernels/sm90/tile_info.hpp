@@ -1,7 +1,8 @@
 // One work tile: its sequence (dense, or one of a packed variable-length batch), which key blocks
 // it visits and which of them need a mask. Blocks are visited from the last to the first, so the
-// (at most few) partially visible ones come first and the steady state runs without any mask
-// arithmetic. The producer and every consumer thread build the same TileInfo from the work tile.
+// (at most few) partially visible ones at the right edge come first and the steady state runs
+// without any mask arithmetic; a left window edge (local attention) masks the last few blocks
+// visited. The producer and every consumer thread build the same TileInfo from the work tile.
 #pragma once
 
 #include <cute/config.hpp>
@@ -15,15 +16,19 @@ struct TileInfo {
   int seqlen_q, seqlen_k;  // this sequence's lengths
   int q_start, k_start;    // token index of its first query / key (0 when dense)
   int batch;               // batch coordinate of the tensors (0 when packed: the tokens place it)
-  int n_block_max;  // one past the last key block with a visible key; <= 0 means no key visible
-  // Blocks n >= n_block_mask have some hidden (row, key) pair: the key residue (which includes
-  // every shifted last block, see key0), or the causal diagonal crossing the block for the
-  // tile's first row. The rest is derived where it is used: the consumers have no register to
-  // spare across their main loop.
-  int n_block_mask;
+  // Key blocks [n_block_min, n_block_max) hold every key a row of the tile sees; none when
+  // n_block_max <= n_block_min.
+  int n_block_min, n_block_max;
+  // Blocks n >= n_block_mask have some hidden (row, key) pair at the right: the key residue
+  // (which includes every shifted last block, see key0), or the right edge (the causal diagonal)
+  // crossing the block for the tile's first row. Blocks n < n_block_left_mask start before the
+  // left window edge of the tile's last row. The rest is derived where it is used: the consumers
+  // have no register to spare across their main loop.
+  int n_block_mask, n_block_left_mask;
 
   template <class Traits, class Params>
   CUTE_DEVICE static TileInfo make(Params const& p, WorkTile const& w) {
+    constexpr int kBlockN = Traits::kBlockN;
     TileInfo t;
     t.m_block = w.m_block;
     if (p.cu_seqlens_q != nullptr) {
@@ -39,27 +44,35 @@ struct TileInfo {
       t.seqlen_k = p.seqlen_k;
       t.batch = w.batch;
     }
-    int visible = t.seqlen_k;
-    if (p.causal) {
-      // The tile's last row sees the most keys.
-      int last_row = min((w.m_block + 1) * Traits::kBlockM, t.seqlen_q) - 1;
-      visible = min(visible, last_row + t.causal_offset(p) + 1);
-    }
-    t.n_block_max = visible <= 0 ? 0 : (visible + Traits::kBlockN - 1) / Traits::kBlockN;
+    int const first_row = w.m_block * Traits::kBlockM;
+    int const last_row = min(first_row + Traits::kBlockM, t.seqlen_q) - 1;
+    int const diag = t.diagonal(p);
+    // The last row sees the furthest key on the right, the first row the nearest on the left.
+    int visible_end = t.seqlen_k;
+    if (p.window_right >= 0) visible_end = min(visible_end, last_row + diag + p.window_right + 1);
+    t.n_block_max = visible_end <= 0 ? 0 : (visible_end + kBlockN - 1) / kBlockN;
+    t.n_block_min = p.window_left >= 0 ? max(first_row + diag - p.window_left, 0) / kBlockN : 0;
     // (n + 1) * kBlockN > seqlen_k  <=>  n >= seqlen_k / kBlockN.
-    t.n_block_mask = t.seqlen_k / Traits::kBlockN;
-    if (p.causal) {
-      // (n + 1) * kBlockN - 1 > first_row + causal_offset  <=>  n >= diag / kBlockN, with
-      // diag = first_row + causal_offset + 1; every block when diag <= 0.
-      int diag = w.m_block * Traits::kBlockM + t.causal_offset(p) + 1;
-      t.n_block_mask = min(t.n_block_mask, diag <= 0 ? 0 : diag / Traits::kBlockN);
+    t.n_block_mask = t.seqlen_k / kBlockN;
+    if (p.window_right >= 0) {
+      // (n + 1) * kBlockN - 1 > first_row + diag + right  <=>  n >= edge / kBlockN, with
+      // edge = first_row + diag + right + 1; every block when edge <= 0.
+      int const edge = first_row + diag + p.window_right + 1;
+      t.n_block_mask = min(t.n_block_mask, edge <= 0 ? 0 : edge / kBlockN);
+    }
+    // n * kBlockN < last_row + diag - left  <=>  n < ceil(edge / kBlockN) for edge > 0.
+    t.n_block_left_mask = 0;
+    if (p.window_left >= 0) {
+      int const edge = last_row + diag - p.window_left;
+      t.n_block_left_mask = edge <= 0 ? 0 : (edge + kBlockN - 1) / kBlockN;
     }
     return t;
   }
 
-  // Key j is visible to query i iff j <= i + causal_offset (when causal).
+  // The diagonal's key offset: query i and key i + diagonal are aligned (bottom-right: the
+  // sequences' last query and last key; top-left: their first).
   template <class Params>
-  CUTE_DEVICE int causal_offset(Params const& p) const {
+  CUTE_DEVICE int diagonal(Params const& p) const {
     return p.bottom_right ? seqlen_k - seqlen_q : 0;
   }
 
