@@ -3,6 +3,7 @@
 // (at most few) partially visible ones at the right edge come first and the steady state runs
 // without any mask arithmetic; a left window edge (local attention) masks the last few blocks
 // visited. The producer and every consumer thread build the same TileInfo from the work tile.
+// Host-callable too, so that a CPU test can check the block ranges and masks against every pair.
 #pragma once
 
 #include <cute/config.hpp>
@@ -10,6 +11,23 @@
 #include "kernels/sm90/scheduler.hpp"
 
 namespace flashcute::sm90 {
+
+// CUDA's integer min/max on the device (the code the kernels were measured with), plain
+// comparisons on the host.
+CUTE_HOST_DEVICE int tile_min(int a, int b) {
+#if defined(__CUDA_ARCH__)
+  return ::min(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
+CUTE_HOST_DEVICE int tile_max(int a, int b) {
+#if defined(__CUDA_ARCH__)
+  return ::max(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
 
 struct TileInfo {
   int m_block;
@@ -27,7 +45,7 @@ struct TileInfo {
   int n_block_mask, n_block_left_mask;
 
   template <class Traits, class Params>
-  CUTE_DEVICE static TileInfo make(Params const& p, WorkTile const& w) {
+  CUTE_HOST_DEVICE static TileInfo make(Params const& p, WorkTile const& w) {
     constexpr int kBlockN = Traits::kBlockN;
     TileInfo t;
     t.m_block = w.m_block;
@@ -45,20 +63,22 @@ struct TileInfo {
       t.batch = w.batch;
     }
     int const first_row = w.m_block * Traits::kBlockM;
-    int const last_row = min(first_row + Traits::kBlockM, t.seqlen_q) - 1;
+    int const last_row = tile_min(first_row + Traits::kBlockM, t.seqlen_q) - 1;
     int const diag = t.diagonal(p);
     // The last row sees the furthest key on the right, the first row the nearest on the left.
     int visible_end = t.seqlen_k;
-    if (p.window_right >= 0) visible_end = min(visible_end, last_row + diag + p.window_right + 1);
+    if (p.window_right >= 0)
+      visible_end = tile_min(visible_end, last_row + diag + p.window_right + 1);
     t.n_block_max = visible_end <= 0 ? 0 : (visible_end + kBlockN - 1) / kBlockN;
-    t.n_block_min = p.window_left >= 0 ? max(first_row + diag - p.window_left, 0) / kBlockN : 0;
+    t.n_block_min =
+        p.window_left >= 0 ? tile_max(first_row + diag - p.window_left, 0) / kBlockN : 0;
     // (n + 1) * kBlockN > seqlen_k  <=>  n >= seqlen_k / kBlockN.
     t.n_block_mask = t.seqlen_k / kBlockN;
     if (p.window_right >= 0) {
       // (n + 1) * kBlockN - 1 > first_row + diag + right  <=>  n >= edge / kBlockN, with
       // edge = first_row + diag + right + 1; every block when edge <= 0.
       int const edge = first_row + diag + p.window_right + 1;
-      t.n_block_mask = min(t.n_block_mask, edge <= 0 ? 0 : edge / kBlockN);
+      t.n_block_mask = tile_min(t.n_block_mask, edge <= 0 ? 0 : edge / kBlockN);
     }
     // n * kBlockN < last_row + diag - left  <=>  n < ceil(edge / kBlockN) for edge > 0.
     t.n_block_left_mask = 0;
@@ -72,7 +92,7 @@ struct TileInfo {
   // The diagonal's key offset: query i and key i + diagonal are aligned (bottom-right: the
   // sequences' last query and last key; top-left: their first).
   template <class Params>
-  CUTE_DEVICE int diagonal(Params const& p) const {
+  CUTE_HOST_DEVICE int diagonal(Params const& p) const {
     return p.bottom_right ? seqlen_k - seqlen_q : 0;
   }
 
@@ -83,9 +103,9 @@ struct TileInfo {
   // belong to the previous sequence, or are TMA's zero fill below token 0: all are masked. Dense
   // tensors keep n * kBlockN (TMA zero-fills the residue past seqlen_k).
   template <class Traits, class Params>
-  CUTE_DEVICE int key0(Params const& p, int n_block) const {
+  CUTE_HOST_DEVICE int key0(Params const& p, int n_block) const {
     int key = n_block * Traits::kBlockN;
-    return p.cu_seqlens_q != nullptr ? min(key, seqlen_k - Traits::kBlockN) : key;
+    return p.cu_seqlens_q != nullptr ? tile_min(key, seqlen_k - Traits::kBlockN) : key;
   }
 };
 
