@@ -10,6 +10,7 @@ stay out of the profiled call. The row is given as bench.py builds it (b, s, h, 
 """
 
 import argparse
+import contextlib
 
 import torch
 
@@ -39,7 +40,7 @@ def main():
             context = bench.sdpa_kernel(bench.PEERS[name])
         elif name in ours:
             fn = ours[name]
-            context = bench.contextlib.nullcontext()
+            context = contextlib.nullcontext()
         else:
             parser.error(f"--impls: no implementation {name!r} for this row")
         with context:

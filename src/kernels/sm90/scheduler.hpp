@@ -138,7 +138,7 @@ struct TileScheduler {
       PackedPlace const at = packed_place(p);
       return at.index < at.m_blocks / 2;
     }
-    return unit < p.heads * p.batch * (p.num_m_blocks / 2);
+    return unit < p.heads * p.batch * paired_units_per_bh(p);
   }
 
   // Dense: the units of one (batch, head) that come before the middle tiles (all of its units

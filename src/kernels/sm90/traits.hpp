@@ -121,9 +121,13 @@ struct Traits {
   // as soon as the last QK^T has read the current one (the epilogue then overlaps that load);
   // where it does not fit (d 192, d 256) O borrows Q's buffer and the next Q waits for the
   // epilogue.
+  // Shared memory per SM, of which the driver keeps kSmemReservedPerCta for every CTA.
+  static constexpr int kSmemPerSm = 228 * 1024;
+  static constexpr int kSmemReservedPerCta = 1024;
   static constexpr int kBytesQKV = int(kBytesQ + 2 * kStages * kBytesKV);
+  // The O buffer, plus 1 KB for the barriers.
   static constexpr bool kSeparateO =
-      kCtasPerSm * (kBytesQKV + int(kBytesQ) + 2048) <= 228 * 1024;  // barriers, driver: 1 KB each
+      kCtasPerSm * (kBytesQKV + int(kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
   struct NoBuffer {};
   using OBuffer = std::conditional_t<kSeparateO,
                                      cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>,
@@ -143,8 +147,7 @@ struct Traits {
     OBuffer o;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-  // 228 KB per SM, of which the driver keeps 1 KB per CTA.
-  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024);
+  static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedPerCta) <= kSmemPerSm);
 };
 
 }  // namespace flashcute::sm90
