@@ -17,8 +17,9 @@ if(FLASHCUTE_HAS_SM80)
 endif()
 set(CMAKE_CUDA_ARCHITECTURES OFF)
 
+# The one list of CUDA flags; each family adds only its targets (the Hopper family builds for
+# sm_90a alone: wgmma and setmaxnreg exist nowhere else).
 set(FLASHCUTE_CUDA_FLAGS
-    ${FLASHCUTE_GENCODE_FLAGS}
     --expt-relaxed-constexpr
     --use_fast_math
     -DNDEBUG

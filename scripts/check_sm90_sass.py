@@ -20,7 +20,8 @@ import shutil
 import subprocess
 import sys
 
-TRAITS = re.compile(r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?")
+TRAITS = re.compile(
+    r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?")
 
 
 def kernels(sass):
@@ -49,7 +50,8 @@ def softmax_overlaps(instructions):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="library, executable or object files")
-    parser.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump")
+    parser.add_argument("--cuobjdump",
+                        default=shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump")
     args = parser.parse_args()
 
     failures = 0
@@ -59,8 +61,8 @@ def main():
                               text=True).stdout
         usage = subprocess.run([args.cuobjdump, "-res-usage", path], check=True,
                                capture_output=True, text=True).stdout
-        resources = dict(re.findall(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+)",
-                                    usage))
+        resources = dict(re.findall(
+            r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+)", usage))
         for name, instructions in kernels(sass):
             seen += 1
             m = TRAITS.search(name)
@@ -77,8 +79,9 @@ def main():
             if not overlaps or min(overlaps) == 0:
                 problems.append(f"softmax does not overlap PV (exponentials per window {overlaps})")
             failures += bool(problems)
+            note = f"  <- {'; '.join(problems)}" if problems else ""
             print(f"{'FAIL' if problems else 'ok  '} {label:55s} {resources.get(name, '?')} "
-                  f"HGMMA {hgmma} overlap {overlaps}" + (f"  <- {'; '.join(problems)}" if problems else ""))
+                  f"HGMMA {hgmma} overlap {overlaps}{note}")
     if seen == 0:
         print("no sm90 forward kernel found", file=sys.stderr)
         return 1

@@ -3,9 +3,11 @@
 #   scripts/device_round.sh <build dir> [steps...]
 # Steps, run in the order given (default: runner suite pytest bench):
 #   runner  the seed's default problem through flashcute_run (checked, timed)
-#   suite   tests/run_gpu_suite.sh: the GPU GoogleTest suite, memcheck and racecheck
+#   suite   scripts/run_gpu_suite.sh: the GPU GoogleTest suite, memcheck and racecheck
 #   pytest  the Python package's tests (wheel from .whl/)
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
+#   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
+#           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
@@ -42,7 +44,7 @@ step_runner() {
 }
 
 step_suite() {
-  timeout "${STEP_TIMEOUT_suite:-420}" bash tests/run_gpu_suite.sh "$BUILD_DIR" "$OUT/gpu-suite" \
+  timeout "${STEP_TIMEOUT_suite:-420}" bash scripts/run_gpu_suite.sh "$BUILD_DIR" "$OUT/gpu-suite" \
     >"$OUT/suite.log" 2>&1
   local rc=$?
   tail -n 8 "$OUT/suite.log"
@@ -61,6 +63,20 @@ step_bench() {
   install_wheel || return
   timeout "${STEP_TIMEOUT_bench:-420}" python3 bench/bench.py --out "$OUT" ${BENCH_FLAGS:-} 2>&1 |
     tee "$OUT/bench.log" | tail -n 60
+}
+
+step_ab() {
+  if [[ -z ${AB_OLD_LIB:-} ]]; then
+    echo "ab: AB_OLD_LIB (the library to compare against) is not set" >&2
+    summary+=("ab: not run (AB_OLD_LIB not set)")
+    return
+  fi
+  install_wheel || return
+  timeout "${STEP_TIMEOUT_ab:-420}" python3 bench/ab.py --old "$AB_OLD_LIB" \
+    --new "$BUILD_DIR/lib/libflashcute.so" --out "$OUT" ${AB_FLAGS:-} 2>&1 |
+    tee "$OUT/ab.log" | tail -n 40
+  local rc=${PIPESTATUS[0]}
+  summary+=("ab: exit $rc")
 }
 
 step_sweep() {

@@ -1,27 +1,64 @@
 #!/usr/bin/env bash
-# Sets up and runs the test suites that need no GPU: configure (the CUTLASS headers are fetched by
-# the build), compile every kernel source for sm_80 and sm_90a (minimal instantiation set), run the
-# CPU GoogleTest suite, then build the Python wheel from that library and run its CPU tests.
-# On a machine with a GPU the GPU suite runs too (tests/run_gpu_suite.sh).
+# Everything that needs no GPU (CI's run), in order, stopping at the first failure:
+#   1. format: every C++/CUDA source against .clang-format (scripts/check_format.sh);
+#   2. lint: ruff over the Python code, in a virtual environment with the pinned tools
+#      (scripts/ci-requirements.txt);
+#   3. build: configure (the CUTLASS headers are fetched by the build) and compile every kernel
+#      source for sm_80 and sm_90a (minimal instantiation set);
+#   4. the CPU GoogleTest cases (ctest -L cpu);
+#   5. the SASS of the Hopper kernels in the library (scripts/check_sm90_sass.py);
+#   6. the Python wheel built from that library, and its CPU tests.
+# On a machine with a GPU the GPU suite runs too (scripts/run_gpu_suite.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-ci}
 JOBS=${JOBS:-$(nproc)}
+VENV="$BUILD_DIR/venv"
+LIB="$BUILD_DIR/lib/libflashcute.so"
 
+echo "== format"
+if ! command -v clang-format >/dev/null 2>&1; then
+  sudo=$([[ $(id -u) -eq 0 ]] || echo sudo)
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq clang-format >/dev/null
+fi
+bash scripts/check_format.sh
+
+echo "== lint"
+python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -r scripts/ci-requirements.txt
+"$VENV/bin/ruff" check python bench scripts cmake
+
+echo "== build"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DFLASHCUTE_CUDA_ARCHS="${FLASHCUTE_CUDA_ARCHS:-80;90a}" \
   -DFLASHCUTE_TILE_SET="${FLASHCUTE_TILE_SET:-minimal}"
 cmake --build "$BUILD_DIR" -j "$JOBS"
+
+echo "== CPU tests"
 ctest --test-dir "$BUILD_DIR" -L cpu --output-on-failure
 
-python3 -m venv "$BUILD_DIR/venv"
-"$BUILD_DIR/venv/bin/python" -m pip install --quiet --upgrade pip
-FLASHCUTE_PREBUILT_LIB="$PWD/$BUILD_DIR/lib/libflashcute.so" \
-  "$BUILD_DIR/venv/bin/python" -m pip install --quiet "./python[test]"
-"$BUILD_DIR/venv/bin/python" -m pytest -q python/tests
+echo "== sm90 SASS"
+# The toolkit's cuobjdump where it has one, else the pinned one from PyPI (nvdisasm beside it).
+CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+if [[ ! -x $CUOBJDUMP ]]; then
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  CUOBJDUMP="$site/nvidia/cu13/bin/cuobjdump"
+fi
+elf_files=$("$CUOBJDUMP" --list-elf "$LIB")
+if [[ $elf_files == *sm_90a* ]]; then
+  python3 scripts/check_sm90_sass.py "$LIB" --cuobjdump "$CUOBJDUMP"
+else
+  echo "The library has no sm_90a code (see FLASHCUTE_CUDA_ARCHS): SASS check skipped."
+fi
+
+echo "== Python CPU tests"
+FLASHCUTE_PREBUILT_LIB="$PWD/$LIB" "$VENV/bin/python" -m pip install --quiet "./python[test]"
+"$VENV/bin/python" -m pytest -q python/tests
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  bash tests/run_gpu_suite.sh "$BUILD_DIR"
+  bash scripts/run_gpu_suite.sh "$BUILD_DIR"
 else
-  echo "No GPU on this machine: the GPU suite (tests/run_gpu_suite.sh) was not run."
+  echo "No GPU on this machine: the GPU suite (scripts/run_gpu_suite.sh) was not run."
 fi

@@ -1,6 +1,6 @@
-// flashcute_run: the seed runner's command line over the C API. Prints the configuration, checks
-// the output against a reference (CPU fp64 for small problems, GPU fp32 otherwise), times the
-// kernel with CUDA events and prints "PASS" last.
+// flashcute_run: the command line of the CuTe DSL FlashAttention-2 example's runner (CUTLASS) over
+// the C API. Prints the configuration, checks the output against a reference (CPU fp64 for small
+// problems, GPU fp32 otherwise), times the kernel with CUDA events and prints "PASS" last.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -86,7 +86,7 @@ Problem make_problem(const Options& o, std::mt19937_64& rng) {
   return p;
 }
 
-// 4 * H * sq * sk * D per sequence, halved for causal when sq == sk (the seed's convention).
+// 4 * H * sq * sk * D per sequence, halved for causal when sq == sk (as the example's runner).
 double attention_flops(const Problem& p) {
   double flops = 0;
   for (int b = 0; b < p.batch; ++b) {

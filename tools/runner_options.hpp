@@ -1,4 +1,5 @@
-// Command-line options of flashcute_run: the seed runner's flags and defaults, plus ours.
+// Command-line options of flashcute_run: the flags and defaults of the CuTe DSL FlashAttention-2
+// example's runner in CUTLASS, plus ours.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@ namespace runner {
 enum class InputKind { kNormal, kInteger };
 
 struct Options {
-  // The seed's flags.
+  // The example runner's flags.
   fc_dtype dtype = FC_BFLOAT16;
   int64_t batch_size = 4;
   int64_t seqlen_q = 8192;

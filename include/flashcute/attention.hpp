@@ -24,6 +24,7 @@ ForwardArgs default_forward_args();
 // tensors on any device, not only the current one, and from several host threads at once.
 Status forward(const ForwardArgs& args);
 
-std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype, int head_dim);
+std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype,
+                                              int head_dim);
 
 }  // namespace flashcute

@@ -1,8 +1,9 @@
 /* flashcute: fused attention forward kernels on CuTe.
  *
  * The C API: a stable ABI for other languages (the Python package loads it with ctypes). Every
- * function returns an fc_status; on failure fc_last_error() gives a message naming the bad argument.
- * Arguments are validated before anything is launched, and outputs are untouched on error. */
+ * function returns an fc_status; on failure fc_last_error() gives a message naming the bad
+ * argument. Arguments are validated before anything is launched, and outputs are untouched on
+ * error. */
 #ifndef FLASHCUTE_FLASHCUTE_H_
 #define FLASHCUTE_FLASHCUTE_H_
 
@@ -24,15 +25,15 @@ typedef enum {
 typedef enum { FC_FLOAT16 = 0, FC_BFLOAT16 = 1 } fc_dtype;
 
 /* Which key a query sees under a causal mask (and where a local window is centred):
- * top-left: query i sees key j iff j <= i (PyTorch's is_causal, the seed's runner);
+ * top-left: query i sees key j iff j <= i (PyTorch's is_causal; flashcute_run's default);
  * bottom-right: j <= i + seqlen_k - seqlen_q (FlashAttention's convention). */
 typedef enum { FC_CAUSAL_TOP_LEFT = 0, FC_CAUSAL_BOTTOM_RIGHT = 1 } fc_causal_alignment;
 
 /* Kernel families. SM80: the FlashAttention-2 design (mma.sync), any sm_80+ device, every feature
  * of this header. SM90: Hopper (TMA, wgmma, warp specialisation), sm_90a builds on compute
- * capability 9.0, head_dim buckets 64/96/128/192/256, fp16/bf16, causal of either alignment, GQA,
- * LSE, variable-length batches; it does not (yet) take local windows, softcap or ALiBi. AUTO tries
- * SM90 first on a 9.0 device and falls back to SM80 by itself; forcing SM90 on what it lacks gives
+ * capability 9.0, head_dim buckets 64/96/128/192/256, fp16/bf16, causal of either alignment, local
+ * windows, GQA, LSE, variable-length batches; softcap and ALiBi run on SM80 only. AUTO tries SM90
+ * first on a 9.0 device and falls back to SM80 by itself; forcing SM90 on what it lacks gives
  * FC_ERROR_UNSUPPORTED. */
 typedef enum { FC_FAMILY_AUTO = 0, FC_FAMILY_SM80 = 80, FC_FAMILY_SM90 = 90 } fc_kernel_family;
 
@@ -66,12 +67,12 @@ typedef struct {
    * variable length; +inf for a row that sees no key. NULL to skip. */
   float* softmax_lse;
   float softmax_scale;
-  int32_t causal;           /* 0 or 1 */
-  int32_t causal_alignment; /* fc_causal_alignment; also places the local window and ALiBi */
-  int64_t window_left;      /* -1 = unbounded */
-  int64_t window_right;     /* -1 = unbounded */
-  float softcap;            /* > 0: scores become softcap * tanh(score / softcap) */
-  const float* alibi_slopes; /* optional fp32 (heads) or (batch, heads) on the device */
+  int32_t causal;             /* 0 or 1 */
+  int32_t causal_alignment;   /* fc_causal_alignment; also places the local window and ALiBi */
+  int64_t window_left;        /* -1 = unbounded */
+  int64_t window_right;       /* -1 = unbounded */
+  float softcap;              /* > 0: scores become softcap * tanh(score / softcap) */
+  const float* alibi_slopes;  /* optional fp32 (heads) or (batch, heads) on the device */
   int64_t alibi_batch_stride; /* 0 when one slope per head */
   fc_tile_config tile;
   int32_t family; /* fc_kernel_family */
@@ -89,13 +90,14 @@ const char* fc_last_error(void);
 
 /* Tile configurations compiled in for (dtype, head_dim) of a family, written to out (up to
  * capacity entries); returns how many exist. */
-int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim, fc_tile_config* out,
-                                 int32_t capacity);
+int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim,
+                                 fc_tile_config* out, int32_t capacity);
 
 /* The tile configuration the automatic choice takes within a family for (dtype, head_dim).
  * FC_FAMILY_AUTO answers for the SM80 family; on a compute capability 9.0 device an automatic call
  * may run the Hopper family instead (with that family's own tile). */
-fc_status fc_default_tile_config(int32_t family, int32_t dtype, int32_t head_dim, fc_tile_config* out);
+fc_status fc_default_tile_config(int32_t family, int32_t dtype, int32_t head_dim,
+                                 fc_tile_config* out);
 
 #ifdef __cplusplus
 }

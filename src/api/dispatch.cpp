@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include "kernels/sm80/default_tiles.hpp"
-
 namespace flashcute {
 namespace {
 
@@ -39,17 +37,13 @@ std::vector<const KernelEntry*> entries_for(fc_kernel_family family, fc_dtype dt
 bool default_tile_for(fc_kernel_family family, fc_dtype dtype, int head_dim, fc_tile_config& tile) {
   const auto entries = entries_for(family, dtype, head_dim);
   if (entries.empty()) return false;
-  if (family == FC_FAMILY_SM80) {
-    const sm80::DefaultTile d = sm80::default_tile(entries.front()->head_dim);
-    const fc_tile_config wanted{d.m_block, d.n_block, d.num_threads};
-    for (const KernelEntry* e : entries) {
-      if (same_tile(e->tile, wanted)) {
-        tile = wanted;
-        return true;
-      }
+  for (const KernelEntry* e : entries) {
+    if (e->automatic) {
+      tile = e->tile;
+      return true;
     }
   }
-  tile = entries.front()->tile;  // families with one tile per bucket, or a pruned build
+  tile = entries.front()->tile;  // a pruned build without the family's automatic tile
   return true;
 }
 
@@ -109,7 +103,6 @@ Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
              std::to_string(device.max_smem_per_block);
       continue;
     }
-    if (device.compute_capability < match->min_compute_capability) continue;
     selected = match;
     return {};
   }

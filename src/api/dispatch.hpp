@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "api/kernel_registry.hpp"
 #include "flashcute/attention.hpp"
+#include "kernels/kernel_registry.hpp"
 
 namespace flashcute {
 

@@ -1,4 +1,4 @@
-#include "api/kernel_registry.hpp"
+#include "kernels/kernel_registry.hpp"
 
 namespace flashcute {
 

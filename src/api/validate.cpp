@@ -141,6 +141,7 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
   p.head_dim = int(a.head_dim);
   p.seqlen_q = int(a.seqlen_q);
   p.seqlen_k = int(a.seqlen_k);
+  p.total_q = varlen ? a.total_q : a.batch * a.seqlen_q;
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
   // LSE: (batch, heads, seqlen_q) dense, (heads, total_q) for packed tokens.

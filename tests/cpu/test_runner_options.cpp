@@ -1,4 +1,4 @@
-// flashcute_run's option parsing: the seed's defaults, every flag, and rejected values.
+// flashcute_run's option parsing: the example runner's defaults, every flag, and rejected values.
 #include <gtest/gtest.h>
 
 #include <string>

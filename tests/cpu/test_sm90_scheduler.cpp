@@ -9,30 +9,29 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/sm90/scheduler.hpp"
+#include "kernels/sm90/tile_scheduler.hpp"
 
 namespace flashcute::sm90 {
 namespace {
 
-// The fields of KernelParams that the scheduler reads.
-struct FakeParams {
-  static constexpr int kBlockM = 128;
-  int heads = 1, batch = 1, num_m_blocks = 1, num_units = 0;
-  cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
-  bool causal = false;
-  const int32_t* cu_seqlens_q = nullptr;
-};
+using Scheduler = TileScheduler<128>;
+using Params = Scheduler::Params;
+constexpr int kBlockM = 128;
+
+Params make_params(int heads, int batch, int longest, bool causal, const int32_t* cu_seqlens_q) {
+  return Scheduler::to_params({batch, heads, longest, causal, cu_seqlens_q});
+}
 
 struct Visit {
   int cta, order;  // which CTA, and its position in that CTA's list
 };
 
 // Runs every CTA's scheduler to the end; the visits of each (batch, head, m_block).
-std::map<std::tuple<int, int, int>, std::vector<Visit>> run_grid(const FakeParams& p, int grid) {
+std::map<std::tuple<int, int, int>, std::vector<Visit>> run_grid(const Params& p, int grid) {
   std::map<std::tuple<int, int, int>, std::vector<Visit>> visits;
   for (int cta = 0; cta < grid; ++cta) {
     int order = 0;
-    for (TileScheduler s(p, cta); s.valid(p); s.advance(p, grid)) {
+    for (Scheduler s(p, cta); s.valid(p); s.advance(p, grid)) {
       WorkTile w = s.get(p);
       visits[{w.batch, w.head, w.m_block}].push_back(Visit{cta, order++});
     }
@@ -40,11 +39,11 @@ std::map<std::tuple<int, int, int>, std::vector<Visit>> run_grid(const FakeParam
   return visits;
 }
 
-int m_blocks(int seqlen) { return (seqlen + FakeParams::kBlockM - 1) / FakeParams::kBlockM; }
+int m_blocks(int seqlen) { return (seqlen + kBlockM - 1) / kBlockM; }
 
 // Each expected tile exactly once, nothing else; a causal pair (m, last - m) runs back to back
 // on one CTA.
-void expect_each_tile_once(const FakeParams& p, const std::vector<int>& seqlens, int grid) {
+void expect_each_tile_once(const Params& p, const std::vector<int>& seqlens, int grid) {
   auto visits = run_grid(p, grid);
   size_t expected = 0;
   for (int b = 0; b < int(seqlens.size()); ++b) {
@@ -56,7 +55,7 @@ void expect_each_tile_once(const FakeParams& p, const std::vector<int>& seqlens,
         ASSERT_NE(it, visits.end()) << "tile never handed out: b " << b << " h " << h << " m " << m;
         ASSERT_EQ(it->second.size(), 1u)
             << "tile handed out twice: b " << b << " h " << h << " m " << m;
-        if (p.causal && m < nm / 2) {
+        if (p.pair_tiles && m < nm / 2) {
           auto partner = visits.find({b, h, nm - 1 - m});
           ASSERT_NE(partner, visits.end());
           EXPECT_EQ(partner->second[0].cta, it->second[0].cta)
@@ -74,12 +73,7 @@ TEST(Sm90Scheduler, DenseEveryTileOnce) {
   for (bool causal : {false, true})
     for (int seqlen : {1, 128, 129, 384, 1000, 8192})
       for (int grid : {1, 7, 132}) {
-        FakeParams p;
-        p.heads = 3;
-        p.batch = 2;
-        p.causal = causal;
-        p.num_m_blocks = m_blocks(seqlen);
-        TileScheduler::prepare(p);
+        Params const p = make_params(3, 2, seqlen, causal, nullptr);
         SCOPED_TRACE(testing::Message()
                      << "causal " << causal << " seqlen " << seqlen << " grid " << grid);
         expect_each_tile_once(p, std::vector<int>(p.batch, seqlen), std::min(grid, p.num_units));
@@ -98,16 +92,13 @@ TEST(Sm90Scheduler, PackedEveryTileOnceNoEmptyTiles) {
       seqlens[b] = pick == 0 ? 0 : pick == 1 ? 128 * int(1 + rng() % 8) : int(rng() % 3000);
       cu[b + 1] = cu[b] + seqlens[b];
     }
-    FakeParams p;
-    p.heads = 1 + int(rng() % 5);
-    p.batch = batch;
-    p.causal = rng() % 2;
-    p.num_m_blocks = m_blocks(*std::max_element(seqlens.begin(), seqlens.end()));
-    TileScheduler::prepare(p);
-    p.cu_seqlens_q = cu.data();
+    int const heads = 1 + int(rng() % 5);
+    bool const causal = rng() % 2;
+    Params const p = make_params(heads, batch, *std::max_element(seqlens.begin(), seqlens.end()),
+                                 causal, cu.data());
     int const grid = 1 + int(rng() % 140);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
-                                    << p.causal << " grid " << grid);
+                                    << causal << " grid " << grid);
     expect_each_tile_once(p, seqlens, grid);
   }
 }
@@ -119,19 +110,13 @@ TEST(Sm90Scheduler, PackedLoadIsBalanced) {
   std::vector<int32_t> cu(seqlens.size() + 1, 0);
   for (size_t b = 0; b < seqlens.size(); ++b) cu[b + 1] = cu[b] + seqlens[b];
   for (bool causal : {false, true}) {
-    FakeParams p;
-    p.heads = 16;
-    p.batch = int(seqlens.size());
-    p.causal = causal;
-    p.num_m_blocks = m_blocks(8192);
-    TileScheduler::prepare(p);
-    p.cu_seqlens_q = cu.data();
+    Params const p = make_params(16, int(seqlens.size()), 8192, causal, cu.data());
     int const grid = 132;
     // Cost of a tile: the key blocks (of 128) it visits, plus one for its set-up and epilogue.
     std::vector<double> load(grid, 0.0);
     double total = 0;
     for (int cta = 0; cta < grid; ++cta) {
-      for (TileScheduler s(p, cta); s.valid(p); s.advance(p, grid)) {
+      for (Scheduler s(p, cta); s.valid(p); s.advance(p, grid)) {
         WorkTile w = s.get(p);
         int const len = seqlens[w.batch];
         int const visible = causal ? std::min((w.m_block + 1) * 128, len) : len;

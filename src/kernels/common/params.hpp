@@ -2,7 +2,11 @@
 // the mask and score modifiers in the form the kernels use them.
 #pragma once
 
+#include <cute/config.hpp>
+
 #include <cstdint>
+
+#include "kernels/common/sequence_info.hpp"
 
 namespace flashcute {
 
@@ -20,8 +24,11 @@ struct AttentionParams {
   int64_t lse_batch_stride, lse_head_stride;  // lse row stride is 1
 
   int batch, heads, heads_k, head_dim;
-  int heads_per_kv_head;  // heads / heads_k (GQA group size)
-  int seqlen_q, seqlen_k; // maxima when variable length
+  int heads_per_kv_head;   // heads / heads_k (GQA group size)
+  int seqlen_q, seqlen_k;  // maxima when variable length
+  // Query tokens of all sequences together: batch * seqlen_q when dense; when packed, the rows of
+  // q and o (cu_seqlens_q[batch] at most).
+  int64_t total_q;
 
   // Variable length: token offsets of each sequence (batch + 1 entries), or null for dense.
   const int32_t* cu_seqlens_q;
@@ -40,6 +47,11 @@ struct AttentionParams {
 
   const float* alibi_slopes;  // optional; adds -slope * |i + diag - j| to the scaled score
   int64_t alibi_batch_stride;
+
+  // Where each sequence's tokens lie (sequence_info.hpp).
+  CUTE_HOST_DEVICE SequenceLayout sequences() const {
+    return SequenceLayout{seqlen_q, seqlen_k, cu_seqlens_q, cu_seqlens_k, nullptr, nullptr};
+  }
 };
 
 }  // namespace flashcute

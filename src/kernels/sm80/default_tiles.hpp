@@ -1,7 +1,7 @@
-// The automatic tile choice of the SM80 family per head_dim bucket (fastest measured on an H200;
-// see bench/NOTES.md: 128 query rows on 4 warps wins while its accumulators fit the register file
-// without spilling; wider head dims need 8 warps). Shared by dispatch and by the minimal
-// instantiation set.
+// The automatic tile choice of the SM80 family per head_dim bucket (the fastest in an H200 tile
+// sweep, bench/NOTES.md): 128 query rows on 4 warps while the accumulators fit the register file
+// without spilling, 64 rows where they would not, 8 warps for the widest head dims. The family
+// marks that tile's entry as the automatic one, and the minimal instantiation set builds only it.
 #pragma once
 
 namespace flashcute::sm80 {
@@ -11,8 +11,6 @@ struct DefaultTile {
 };
 
 constexpr DefaultTile default_tile(int head_dim_bucket) {
-  // Tile sweep of 2026-11-30 (bench/NOTES.md, b 4 s 4096 bf16): 64 x 64 on 4 warps leads at
-  // d 32 and ties at d 160/192; 128 x 64 on 4 warps leads from d 64 to 128; 8 warps from d 224.
   if (head_dim_bucket <= 32) return {64, 64, 128};
   if (head_dim_bucket <= 128) return {128, 64, 128};
   if (head_dim_bucket <= 192) return {64, 64, 128};

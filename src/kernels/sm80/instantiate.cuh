@@ -1,8 +1,10 @@
 // Registers the SM80-family kernels of one (dtype, head_dim bucket): every tile configuration a
-// user may choose in the full set, only the automatic choice in the minimal set.
+// user may choose in the full set, only the automatic choice in the minimal set. The build
+// generates one translation unit per (dtype, head_dim) that expands FLASHCUTE_SM80_INSTANTIATE
+// (cmake/instantiate.cmake).
 #pragma once
 
-#include "api/kernel_registry.hpp"
+#include "kernels/kernel_registry.hpp"
 #include "kernels/sm80/default_tiles.hpp"
 #include "kernels/sm80/kernel.cuh"
 #include "kernels/sm80/traits.cuh"
@@ -38,11 +40,6 @@ cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
   return launch_variant<Traits, false>(params, stream);
 }
 
-template <class Element>
-constexpr fc_dtype dtype_of() {
-  return std::is_same_v<Element, cutlass::half_t> ? FC_FLOAT16 : FC_BFLOAT16;
-}
-
 template <class Element, int kHeadDim, int kBlockM, int kBlockN, int kNThreads>
 void add_tile_config(KernelTable& table) {
   if constexpr (tile_config_fits<kHeadDim, kBlockM, kBlockN, kNThreads>()) {
@@ -50,9 +47,15 @@ void add_tile_config(KernelTable& table) {
     constexpr DefaultTile automatic = default_tile(kHeadDim);
     constexpr bool kIsAutomatic = automatic.m_block == kBlockM && automatic.n_block == kBlockN &&
                                   automatic.num_threads == kNThreads;
-    table.push_back({FC_FAMILY_SM80, dtype_of<Element>(), kHeadDim,
-                     fc_tile_config{kBlockM, kBlockN, kNThreads}, size_t(Traits::kSmemBytes), 80,
-                     &launch<Traits, kIsAutomatic>, nullptr});
+    KernelEntry entry{};
+    entry.family = FC_FAMILY_SM80;
+    entry.dtype = dtype_of<Element>();
+    entry.head_dim = kHeadDim;
+    entry.tile = fc_tile_config{kBlockM, kBlockN, kNThreads};
+    entry.smem_bytes = size_t(Traits::kSmemBytes);
+    entry.launch = &launch<Traits, kIsAutomatic>;
+    entry.automatic = kIsAutomatic;
+    table.push_back(entry);
   }
 }
 

@@ -7,23 +7,25 @@
 //
 // The automatic tile of each bucket is compiled twice. The plain kernel (kPlain) serves launches
 // without score modifiers (see has_score_modifiers) whose head_dim fills the padded bucket: no
-// modifier pass, column predicate or zero fill of padding columns reaches its main loop (at d 128
-// that cut the hot loop from 1464 to 968 instructions and made it 1.16x faster on the H200). The
-// other kernel serves everything.
+// modifier pass, column predicate or zero fill of padding columns reaches its main loop (1.16x at
+// d 128). The other kernel serves everything.
 #pragma once
 
 #include <cute/tensor.hpp>
 
-#include "kernels/common/fragment_layouts.cuh"
-#include "kernels/common/mask.cuh"
-#include "kernels/common/online_softmax.cuh"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/online_softmax.hpp"
 #include "kernels/common/params.hpp"
-#include "kernels/common/score_transform.cuh"
-#include "kernels/common/sequence_info.cuh"
+#include "kernels/common/score_modifiers.hpp"
+#include "kernels/common/sequence_info.hpp"
+#include "kernels/sm80/fragment_layouts.cuh"
 #include "kernels/sm80/gemm.cuh"
 #include "kernels/sm80/predicated_copy.cuh"
 
 namespace flashcute::sm80 {
+
+// The row maximum follows the scores exactly, over one chain, for a scale of either sign.
+using SoftmaxPolicySm80 = SoftmaxPolicy<1, 0, true>;
 
 template <class Traits, bool kPlain>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
@@ -38,12 +40,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
-  const SequenceInfo seq(params, batch, head);
+  const SequenceInfo<> seq(params.sequences(), batch);
   const int row_begin = m_block * kBlockM;
   if (row_begin >= seq.seqlen_q) return;  // variable length: this sequence is shorter
-  const int row_end = min(row_begin + kBlockM, seq.seqlen_q);
-  const AttentionMask mask(params, seq.seqlen_q, seq.seqlen_k);
-  const KeyBlockRange blocks = mask.key_blocks(row_begin, row_end, kBlockN);
+  const AttentionMask mask(seq.seqlen_q, seq.seqlen_k, params.bottom_right, params.window_left,
+                           params.window_right);
+  const BlockRange blocks = mask.key_blocks<kBlockM, kBlockN>(m_block);
+  const MaskedBlocks masked = mask.masked_key_blocks<kBlockM, kBlockN>(m_block);
 
   extern __shared__ char smem[];
   Tensor sQ =
@@ -57,10 +60,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // Global views; columns past head_dim exist only in the padded tile and are predicated off.
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
-  auto q_ptr = make_gmem_ptr(static_cast<const Element*>(params.q) + seq.q_offset);
-  auto k_ptr = make_gmem_ptr(static_cast<const Element*>(params.k) + seq.k_offset);
-  auto v_ptr = make_gmem_ptr(static_cast<const Element*>(params.v) + seq.v_offset);
-  auto o_ptr = make_gmem_ptr(static_cast<Element*>(params.o) + seq.o_offset);
+  const int head_kv = head / params.heads_per_kv_head;
+  auto q_ptr = make_gmem_ptr(
+      static_cast<const Element*>(params.q) +
+      seq.q_offset(params.q_batch_stride, params.q_row_stride, params.q_head_stride, head));
+  auto k_ptr = make_gmem_ptr(
+      static_cast<const Element*>(params.k) +
+      seq.k_offset(params.k_batch_stride, params.k_row_stride, params.k_head_stride, head_kv));
+  auto v_ptr = make_gmem_ptr(
+      static_cast<const Element*>(params.v) +
+      seq.k_offset(params.v_batch_stride, params.v_row_stride, params.v_head_stride, head_kv));
+  auto o_ptr = make_gmem_ptr(
+      static_cast<Element*>(params.o) +
+      seq.q_offset(params.o_batch_stride, params.o_row_stride, params.o_head_stride, head));
   Tensor gQ = local_tile(make_tensor(q_ptr, make_shape(seq.seqlen_q, Int<kHeadDim>{}),
                                      make_stride(params.q_row_stride, _1{})),
                          TileQ{}, make_coord(m_block, 0));
@@ -112,9 +124,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   // then the unmasked middle from the top down. Any order is valid for the online softmax;
   // ending on the unmasked blocks keeps the masking state dead, and its registers free, in the
   // hot loop.
-  const auto needs_mask = [&](int n) {
-    return mask.block_needs_mask(n, row_begin, row_end, kBlockN);
-  };
+  const auto needs_mask = [&](int n) { return masked.contains(n); };
   const int num_blocks = max(blocks.end - blocks.begin, 0);
   int masked_top = 0;
   while (masked_top < num_blocks && needs_mask(blocks.end - 1 - masked_top)) ++masked_top;
@@ -140,7 +150,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   clear(acc_o);
   Tensor acc_o_rows = rowcol_view(acc_o);
   constexpr int kRowsPerThread = decltype(size<0>(acc_o_rows))::value;
-  OnlineSoftmax<kRowsPerThread> softmax;
+  OnlineSoftmax<kRowsPerThread, SoftmaxPolicySm80> softmax;
+  softmax.init();
   const ScoreTransform<!kPlain> transform(params, batch, head);
 
   // One key block, n, then the prefetch of the next one's K (none when next < 0). Masked steps
@@ -169,7 +180,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
       cp_async_fence();
     }
 
-    softmax.update(scores, acc_o_rows, transform.exp2_multiplier());
+    float correction[kRowsPerThread];
+    // Once a row has met its largest scores the maximum stops moving: skip the rescale then.
+    if (__any_sync(0xffffffff, softmax.update(scores, transform.exp2_multiplier(), correction))) {
+      softmax.scale_rows(acc_o_rows, correction);
+    }
     Tensor probs = make_tensor<Element>(acc_s.layout());
     convert_fragment(acc_s, probs);
     Tensor probs_a = make_tensor(probs.data(), accumulator_as_a_operand_layout(probs.layout()));
@@ -182,8 +197,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     key_block_step(n, i + 1 < num_blocks ? n - 1 : -1, cute::false_type{});
   }
 
-  float lse[kRowsPerThread];
-  softmax.finalize(acc_o_rows, lse);
+  float inv_sum[kRowsPerThread], lse[kRowsPerThread];
+  softmax.finish(inv_sum, lse);
+  softmax.scale_rows(acc_o_rows, inv_sum);
 
   // O leaves through shared memory so the global stores are 16-byte vectors.
   Tensor o_regs = make_tensor<Element>(acc_o.layout());
@@ -204,11 +220,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 
   if (params.lse != nullptr) {
     Tensor o_coords = rowcol_view(thr_mma.partition_C(make_identity_tensor(TileQ{})));
+    // Packed: (heads, total_q) with the batch stride 0, so the token index places the row.
+    const int64_t lse_offset =
+        seq.batch * params.lse_batch_stride + head * params.lse_head_stride + seq.q_start;
     if (get<1>(o_coords(0, 0)) == 0) {  // one thread of each quad writes the quad's rows
       CUTE_UNROLL
       for (int r = 0; r < kRowsPerThread; ++r) {
         const int row = row_begin + get<0>(o_coords(r, 0));
-        if (row < seq.seqlen_q) params.lse[seq.lse_offset + row] = lse[r];
+        if (row < seq.seqlen_q) params.lse[lse_offset + row] = lse[r];
       }
     }
   }

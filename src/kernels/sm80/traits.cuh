@@ -2,8 +2,8 @@
 // mma.sync and the copy atoms. Warps are stacked along M, each owning 16-row slices of the Q tile.
 #pragma once
 
-#include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
+#include <cute/tensor.hpp>
 
 namespace flashcute::sm80 {
 
@@ -26,25 +26,26 @@ struct KernelTraits {
   static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
   static constexpr int kSwizzleBits = kBlockKSmem == 64 ? 3 : 2;
 
-  using MmaOp = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                                   cute::SM80_16x8x16_F32F16F16F32_TN,
-                                   cute::SM80_16x8x16_F32BF16BF16F32_TN>;
+  using MmaOp =
+      std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
+                         cute::SM80_16x8x16_F32F16F16F32_TN, cute::SM80_16x8x16_F32BF16BF16F32_TN>;
   using TiledMma = cute::TiledMMA<cute::MMA_Atom<MmaOp>,
                                   cute::Layout<cute::Shape<cute::Int<kNWarps>, cute::_1, cute::_1>>,
                                   cute::Tile<cute::Int<16 * kNWarps>, cute::_16, cute::_16>>;
 
-  using SmemLayoutAtom = decltype(cute::composition(
-      cute::Swizzle<kSwizzleBits, 3, 3>{},
-      cute::Layout<cute::Shape<cute::_8, cute::Int<kBlockKSmem>>,
-                   cute::Stride<cute::Int<kBlockKSmem>, cute::_1>>{}));
+  using SmemLayoutAtom =
+      decltype(cute::composition(cute::Swizzle<kSwizzleBits, 3, 3>{},
+                                 cute::Layout<cute::Shape<cute::_8, cute::Int<kBlockKSmem>>,
+                                              cute::Stride<cute::Int<kBlockKSmem>, cute::_1>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       SmemLayoutAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(cute::tile_to_shape(
       SmemLayoutAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
-  // V read as the (head_dim, n) B operand of P.V: the same bytes, transposed, read by ldmatrix.trans.
+  // V read as the (head_dim, n) B operand of P.V: the same bytes, transposed, read by
+  // ldmatrix.trans.
   using SmemLayoutVt = decltype(cute::composition(
-      SmemLayoutKV{},
-      cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::GenRowMajor{})));
+      SmemLayoutKV{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
+                                        cute::GenRowMajor{})));
   using SmemLayoutVtNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemLayoutVt{}));
 
   using SmemCopyAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
@@ -58,8 +59,9 @@ struct KernelTraits {
   static constexpr int kGmemRowsPerPass = kNThreads / kGmemThreadsPerRow;
   static_assert(kBlockM % kGmemRowsPerPass == 0 && kBlockN % kGmemRowsPerPass == 0,
                 "the copy layout must tile the Q and K/V tiles exactly");
-  using GmemThreadLayout = cute::Layout<cute::Shape<cute::Int<kGmemRowsPerPass>, cute::Int<kGmemThreadsPerRow>>,
-                                        cute::Stride<cute::Int<kGmemThreadsPerRow>, cute::_1>>;
+  using GmemThreadLayout =
+      cute::Layout<cute::Shape<cute::Int<kGmemRowsPerPass>, cute::Int<kGmemThreadsPerRow>>,
+                   cute::Stride<cute::Int<kGmemThreadsPerRow>, cute::_1>>;
   using GmemValueLayout = cute::Layout<cute::Shape<cute::_1, cute::Int<kGmemElemsPerLoad>>>;
   using GmemTiledCopyQKV = decltype(cute::make_tiled_copy(
       cute::Copy_Atom<cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},

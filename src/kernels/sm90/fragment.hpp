@@ -2,8 +2,8 @@
 // re-view of a converted accumulator as the A operand of the next wgmma, and one warpgroup GEMM.
 #pragma once
 
-#include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
+#include <cute/tensor.hpp>
 
 namespace flashcute::sm90 {
 

@@ -1,5 +1,6 @@
 // Compile-time shape of one Hopper forward kernel: tile sizes, shared-memory layouts, the two
-// warpgroup MMAs and the TMA copy types. Everything else in this folder is written against it.
+// warpgroup MMAs, the TMA copy types and the K/V pipeline. The collectives and the kernel type are
+// written against it; the kernel type adds what depends on their sum (shared storage, registers).
 #pragma once
 
 // wgmma N values that are not multiples of 16/32 (80, 176, ...) live behind this switch.
@@ -7,11 +8,11 @@
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
 
-#include <cute/tensor.hpp>
-#include <cute/atom/mma_atom.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
 namespace flashcute::sm90 {
@@ -48,26 +49,17 @@ struct Traits {
   // CTAs resident on one SM, each walking its own tiles of the persistent grid: with one consumer
   // warpgroup per CTA, the others' GEMMs run while one is in its softmax or between tiles.
   static constexpr int kCtasPerSm = kCtasPerSm_;
-  // setmaxnreg budgets. A CTA starts with the registers its launch bounds allow every thread (a
-  // multiple of 8); the producer gives back all but 24 and the consumers share the rest (a
-  // multiple of 8 each, at most 240).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kEntryRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
-  static constexpr int kConsumerRegs = cute::min(
-      240, (kEntryRegs * kThreads - kProducerRegs * 128) / (128 * kConsumerWarpgroups) / 8 * 8);
-  // setmaxnreg.inc waits until the registers are free: asking for more than the CTA started with
-  // would hang the consumers.
-  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads);
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
   // reads it without bank conflicts.
-  using SmemAtom = std::conditional_t<
-      kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-      std::conditional_t<kHeadDim % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
-                         GMMA::Layout_K_SW32_Atom<Element>>>;
+  using SmemAtom =
+      std::conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                         std::conditional_t<kHeadDim % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+                                            GMMA::Layout_K_SW32_Atom<Element>>>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO = SmemLayoutQ;  // O reuses Q's buffer once the last QK^T has finished
+  using SmemLayoutO =
+      SmemLayoutQ;  // O is staged like Q (in Q's buffer when it has none of its own)
   // One consumer warpgroup's 64 rows of O, which it stores on its own: warpgroup w's rows
   // [64 w, 64 w + 64) of SmemLayoutO are this layout shifted by w * kOWarpgroupOffset elements
   // (checked below). The shift is a whole number of swizzle atoms, so the bytes of every slice are
@@ -85,8 +77,8 @@ struct Traits {
   // so read the same bytes through a (head_dim, key) view: an MN-major operand, which 16-bit wgmma
   // accepts directly, so no transpose pass is needed.
   using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
-                                          Step<_2, _1, _3>{})));
+      SmemLayoutKV{},
+      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
 
   // Consumer warpgroups stack along M; each owns 64 query rows.
   using MmaAtomLayout = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
@@ -103,13 +95,16 @@ struct Traits {
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
   using GmemLayout = Layout<GmemShape, GmemStride>;
   using TmaQ = decltype(make_tma_copy(
-      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      SmemLayoutQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+      SM90_TMA_LOAD{},
+      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}), SmemLayoutQ{},
+      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaKV = decltype(make_tma_copy(
-      SM90_TMA_LOAD{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      SM90_TMA_LOAD{},
+      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
       take<0, 2>(SmemLayoutKV{}), Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
 
-  // O leaves by TMA store, one box of 64 rows per warpgroup (dense problems; epilogue.hpp).
+  // O leaves by TMA store, one box of 64 rows per warpgroup (dense problems;
+  // collective/epilogue_fwd.hpp).
   using TmaO = decltype(make_tma_copy(
       SM90_TMA_STORE{}, make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), GmemLayout{}),
       SmemLayoutOWarpgroup{}, Shape<_64, Int<kHeadDim>>{}, _1{}));
@@ -117,37 +112,8 @@ struct Traits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
-  // O leaves through shared memory. With its own buffer the producer may load the next tile's Q
-  // as soon as the last QK^T has read the current one (the epilogue then overlaps that load);
-  // where it does not fit (d 192, d 256) O borrows Q's buffer and the next Q waits for the
-  // epilogue.
-  // Shared memory per SM, of which the driver keeps kSmemReservedPerCta for every CTA.
-  static constexpr int kSmemPerSm = 228 * 1024;
-  static constexpr int kSmemReservedPerCta = 1024;
-  static constexpr int kBytesQKV = int(kBytesQ + 2 * kStages * kBytesKV);
-  // The O buffer, plus 1 KB for the barriers.
-  static constexpr bool kSeparateO =
-      kCtasPerSm * (kBytesQKV + int(kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
-  struct NoBuffer {};
-  using OBuffer = std::conditional_t<kSeparateO,
-                                     cute::array_aligned<Element, cosize_v<SmemLayoutO>, 1024>,
-                                     NoBuffer>;
-
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
-
-  struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
-    typename Pipeline::SharedStorage pipe_k;
-    typename Pipeline::SharedStorage pipe_v;
-    cutlass::arch::ClusterTransactionBarrier bar_q;  // Q landed
-    cutlass::arch::ClusterBarrier bar_q_free;        // every consumer thread is done with Q
-    OBuffer o;
-  };
-  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
-  static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedPerCta) <= kSmemPerSm);
 };
 
 }  // namespace flashcute::sm90

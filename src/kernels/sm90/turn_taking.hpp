@@ -8,11 +8,9 @@
 
 #include <cutlass/arch/barrier.h>
 
-namespace flashcute::sm90 {
+#include "kernels/sm90/named_barriers.hpp"
 
-// Named barrier ids (CUTLASS's user range, 0..7): 1 + wg (up to 3 consumer warpgroups) for the
-// epilogue, 4 + wg for turns.
-constexpr int kTurnBarrierBase = 4;
+namespace flashcute::sm90 {
 
 template <bool kEnabled>
 struct TurnTaking {
@@ -21,15 +19,14 @@ struct TurnTaking {
   // Once per kernel, before the first tile: the first turn belongs to warpgroup 0.
   CUTE_DEVICE void start() const {
     if constexpr (kEnabled) {
-      if (warpgroup == 1) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrierBase);
+      if (warpgroup == 1) cutlass::arch::NamedBarrier::arrive(256, turn_barrier(0));
     }
   }
   CUTE_DEVICE void wait() const {
-    if constexpr (kEnabled) cutlass::arch::NamedBarrier::sync(256, kTurnBarrierBase + warpgroup);
+    if constexpr (kEnabled) cutlass::arch::NamedBarrier::sync(256, turn_barrier(warpgroup));
   }
   CUTE_DEVICE void pass() const {
-    if constexpr (kEnabled)
-      cutlass::arch::NamedBarrier::arrive(256, kTurnBarrierBase + (warpgroup ^ 1));
+    if constexpr (kEnabled) cutlass::arch::NamedBarrier::arrive(256, turn_barrier(warpgroup ^ 1));
   }
   // Once per kernel, after the last tile: warpgroup 0 takes the turn that warpgroup 1's last
   // hand-over gave it, so that no barrier is left half-arrived.
@@ -37,6 +34,11 @@ struct TurnTaking {
     if constexpr (kEnabled) {
       if (warpgroup == 0) wait();
     }
+  }
+
+ private:
+  CUTE_DEVICE static int turn_barrier(int owner) {
+    return barrier_id(BarrierId::kTurnWarpgroup0, owner);
   }
 };
 

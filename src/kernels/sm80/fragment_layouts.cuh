@@ -3,11 +3,11 @@
 // and the P.V product wants them as the A operand of the next m16n8k16.
 #pragma once
 
-#include <cute/tensor.hpp>
 #include <cutlass/array.h>
 #include <cutlass/numeric_conversion.h>
+#include <cute/tensor.hpp>
 
-namespace flashcute {
+namespace flashcute::sm80 {
 
 // ((2 cols, 2 rows), MMA_M, MMA_N) -> ((2 rows, MMA_M), (2 cols, MMA_N))
 template <class Layout>
@@ -45,4 +45,4 @@ __device__ void convert_fragment(Src const& src, Dst& dst) {
       converter(*reinterpret_cast<const cutlass::Array<From, kSize>*>(src.data()));
 }
 
-}  // namespace flashcute
+}  // namespace flashcute::sm80

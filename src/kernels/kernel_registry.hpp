@@ -1,11 +1,14 @@
-// The table of compiled kernels. Each kernel family adds its instantiations (one entry per dtype,
-// padded head_dim and tile configuration); dispatch picks from the table, so there is no nest of
-// boolean-switch macros and a pruned build simply has fewer rows.
+// The table of compiled kernels, shared by the kernel families (which add their instantiations)
+// and dispatch (which picks from it): one entry per dtype, padded head_dim and tile
+// configuration, so there is no nest of boolean-switch macros and a pruned build simply has
+// fewer rows.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <cutlass/numeric_types.h>
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "flashcute/flashcute.h"
@@ -23,17 +26,25 @@ struct KernelEntry {
   fc_dtype dtype;
   int head_dim;  // the padded head_dim it is built for; a problem runs on the smallest >= d
   fc_tile_config tile;
-  size_t smem_bytes;           // dynamic shared memory per block
-  int min_compute_capability;  // 80 for the SM80 family, 90 for Hopper
+  size_t smem_bytes;  // dynamic shared memory per block
   LaunchFn launch;
   SupportsFn supports;  // null = supports everything
+  // The entry the automatic choice takes for its (family, dtype, head_dim), set by the family.
+  bool automatic = false;
   // What runs when the caller left the tile to the library (null: launch). It may hand some
-  // problems to another compiled tile of the same bucket (sm90 config.hpp); an explicit tile
-  // request always runs exactly that tile.
+  // problems to another compiled tile of the same bucket; an explicit tile request always runs
+  // exactly that tile.
   LaunchFn auto_launch = nullptr;
 };
 
 using KernelTable = std::vector<KernelEntry>;
+
+template <class Element>
+constexpr fc_dtype dtype_of() {
+  static_assert(std::is_same_v<Element, cutlass::half_t> ||
+                std::is_same_v<Element, cutlass::bfloat16_t>);
+  return std::is_same_v<Element, cutlass::half_t> ? FC_FLOAT16 : FC_BFLOAT16;
+}
 
 // Each family appends its compiled entries (defined next to the family's instantiations).
 void register_sm80_kernels(KernelTable& table);

@@ -2,9 +2,9 @@
 # The GPU suite, on a machine with a GPU: the whole GoogleTest GPU binary, then compute-sanitizer's
 # memcheck and racecheck on shrunk cases (FLASHCUTE_TEST_SMALL / FLASHCUTE_TEST_MAX_CASES). Prints a
 # summary last and exits non-zero if any step fails.
-#   tests/run_gpu_suite.sh <build dir> [log dir]   (log dir: $OUT/gpu-suite if $OUT is set)
+#   scripts/run_gpu_suite.sh <build dir> [log dir]   (log dir: $OUT/gpu-suite if $OUT is set)
 set -uo pipefail
-BUILD_DIR=${1:?usage: tests/run_gpu_suite.sh <build dir> [log dir]}
+BUILD_DIR=${1:?usage: scripts/run_gpu_suite.sh <build dir> [log dir]}
 LOG_DIR=${2:-${OUT:+$OUT/gpu-suite}}
 LOG_DIR=${LOG_DIR:-$BUILD_DIR/gpu-suite}
 TESTS="$BUILD_DIR/bin/flashcute_gpu_tests"

@@ -18,7 +18,7 @@ std::vector<float> from_bits(const std::vector<uint16_t>& bits, fc_dtype dtype);
 enum class InputMode {
   kNormal,    // N(0, 1)
   kScaledUp,  // N(0, 6^2): with scale 1/sqrt(head_dim), scores have std 36 and reach the hundreds
-  kInteger,   // uniform over {-2, -1, 0, 1}, the seed's data
+  kInteger,   // uniform over {-2, -1, 0, 1}, the example runner's data
 };
 
 // A seed from the system's entropy source, so that every run sees new data.

@@ -1,30 +1,45 @@
 // From raw q.k products to logits the online softmax can exponentiate: scale (or tanh softcap),
-// ALiBi bias, then the mask. On the plain path (no softcap, no ALiBi) the scores stay raw and the
-// softmax folds the scale into its exp2 (one FFMA per score instead of a multiply and a subtract);
-// masked scores then take the infinity that the scale's sign turns into -inf, so a negative scale
-// works like any other. Each modifier is an unrolled pass behind a block-uniform branch; a kernel
-// compiled without modifiers (kModifiers = false, launched only when has_score_modifiers is false)
-// drops those passes, and the state they keep, at compile time.
+// ALiBi bias, then the mask; and the derivative backward needs through the softcap.
+// On the plain path (no softcap, no ALiBi) the scores stay raw and the softmax folds the scale into
+// its exp2 (one FFMA per score instead of a multiply and a subtract); masked scores then take the
+// infinity that the scale's sign turns into -inf, so a negative scale works like any other. Each
+// modifier is an unrolled pass behind a block-uniform branch; a kernel compiled without modifiers
+// (kModifiers = false, launched only when has_score_modifiers is false) drops those passes, and
+// the state they keep, at compile time.
 #pragma once
 
 #include <cute/tensor.hpp>
 
-#include "kernels/common/mask.cuh"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/params.hpp"
 
 namespace flashcute {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ __forceinline__ float tanh_approx(float x) {
+// Softcap or ALiBi: the modifiers that change scores beyond a scale.
+CUTE_HOST_DEVICE bool has_softcap_or_alibi(const AttentionParams& p) {
+  return p.softcap > 0.f || p.alibi_slopes != nullptr;
+}
+
+// Whether a launch needs the modifier passes: softcap, ALiBi, or a zero scale (which cannot be
+// folded into the softmax: it would turn a masked infinity into NaN).
+CUTE_HOST_DEVICE bool has_score_modifiers(const AttentionParams& p) {
+  return has_softcap_or_alibi(p) || p.scale_log2 == 0.f;
+}
+
+CUTE_DEVICE float tanh_approx(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
-// Whether a launch needs the modifier passes: softcap, ALiBi, or a zero scale (which cannot be
-// folded into the softmax: it would turn a masked infinity into NaN).
-__host__ __device__ inline bool has_score_modifiers(const AttentionParams& p) {
-  return p.softcap > 0.f || p.alibi_slopes != nullptr || p.scale_log2 == 0.f;
+// d/dx of c * tanh(x / c), given the capped score y = c * tanh(x / c) and c: 1 - tanh^2.
+// Backward multiplies the score gradient by it.
+CUTE_HOST_DEVICE float softcap_derivative(float capped, float softcap) {
+  float const t = capped / softcap;
+  return 1.f - t * t;
 }
 
 template <bool kModifiers>
@@ -36,7 +51,7 @@ struct ScoreTransform {
   bool fold_scale;         // plain path: the softmax applies scale_log2 itself
   float masked_value;      // what a hidden score becomes
 
-  __device__ ScoreTransform(const AttentionParams& p, int batch, int head) {
+  CUTE_DEVICE ScoreTransform(const AttentionParams& p, int batch, int head) {
     scale_log2 = p.scale_log2;
     if constexpr (kModifiers) {
       softcap_outer = p.softcap > 0.f ? p.softcap * kLog2e : 0.f;
@@ -53,13 +68,13 @@ struct ScoreTransform {
   }
 
   // The factor the softmax multiplies scores by before exp2.
-  __device__ float exp2_multiplier() const { return fold_scale ? scale_log2 : 1.f; }
+  CUTE_DEVICE float exp2_multiplier() const { return fold_scale ? scale_log2 : 1.f; }
 
   // scores: (rows, cols) view of an accumulator; coords: the same view of its (row, col)
   // coordinates within the tile, offset by (row0, col0) to absolute positions.
   template <bool kMasked, class Scores, class Coords>
-  __device__ void apply(Scores& scores, Coords const& coords, int row0, int col0,
-                        const AttentionMask& mask) const {
+  CUTE_DEVICE void apply(Scores& scores, Coords const& coords, int row0, int col0,
+                         const AttentionMask& mask) const {
     using namespace cute;
     if (fold_scale) {
       // nothing to do before the mask
@@ -90,10 +105,9 @@ struct ScoreTransform {
       const int thread_col = col0 + int(get<1>(coords(0, 0)));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
-        int begin, end;
-        mask.visible_keys(row0 + int(get<0>(coords(r, 0))), begin, end);
-        begin -= thread_col;
-        end -= thread_col;
+        const KeyInterval keys = mask.row_keys(row0 + int(get<0>(coords(r, 0))));
+        const int begin = keys.begin - thread_col;
+        const int end = keys.end - thread_col;
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
           const int offset = int(get<1>(coords(0, c))) - int(get<1>(coords(0, 0)));

@@ -1,0 +1,354 @@
+// The forward mainloop of the Hopper family: the producer's TMA loads and the consumers' GEMMs and
+// online softmax over one tile's key blocks, with the shared memory and pipelines they share.
+//
+// Producer (one thread of the producer warpgroup): Q arrives once per tile on its own barrier; K
+// and V stream through their pipelines in the order the consumers use them (last key block
+// first). The pipelines run on across tiles, so the next tile's first K/V blocks load while the
+// consumers finish the current one.
+// Consumer (one warpgroup per 64 query rows): within an iteration the warpgroup issues
+// S = Q K_n^T and O += P_{n+1} V_{n+1} back to back, then runs the softmax of S_n while the PV
+// wgmma is still in the tensor cores: the exp2 work hides under the GEMM. Once the last QK^T has
+// read Q, the consumers tell the producer (when O has its own buffer) so that the next tile's Q
+// loads under this tile's tail.
+#pragma once
+
+#include <climits>
+
+#include "kernels/common/params.hpp"
+#include "kernels/sm90/fragment.hpp"
+#include "kernels/sm90/softmax.hpp"
+#include "kernels/sm90/tile_info.hpp"
+#include "kernels/sm90/traits.hpp"
+#include "kernels/sm90/turn_taking.hpp"
+
+namespace flashcute::sm90 {
+
+// kConsumerRegs: each consumer thread's register budget. kReleaseQEarly: the consumers free Q's
+// buffer after their last QK^T (O has a buffer of its own); otherwise the epilogue frees it.
+template <class Traits, int kConsumerRegs, bool kReleaseQEarly>
+struct CollectiveMainloopFwd {
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  // Registers a consumer thread needs for S, P and O (64 rows per warpgroup over 128 threads).
+  // Where fewer than 64 of its budget remain, ptxas spilled Q's shared-memory descriptors, which it
+  // otherwise keeps across the main loop; those kernels rebuild them per block instead.
+  static constexpr int kAccumulatorRegs = kBlockN / 2 + kBlockN / 4 + kHeadDim / 2;
+  static constexpr bool kRebuildQDescriptors = kConsumerRegs - kAccumulatorRegs < 64;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutKV>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutKV>, 1024> v;
+    typename Pipeline::SharedStorage pipe_k;
+    typename Pipeline::SharedStorage pipe_v;
+    cutlass::arch::ClusterTransactionBarrier bar_q;  // Q landed
+    cutlass::arch::ClusterBarrier bar_q_free;        // every consumer thread is done with Q
+  };
+
+  struct Arguments {
+    const Element* q;
+    const Element* k;
+    const Element* v;
+    typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batches)
+    typename Traits::GmemStride stride_q, stride_k, stride_v;
+    SequenceLayout sequences;
+    int heads_per_kv_head;
+    float scale_log2;
+    bool bottom_right;
+    int window_left, window_right;
+  };
+
+  struct Params {
+    typename Traits::TmaQ tma_q;
+    typename Traits::TmaKV tma_k;
+    typename Traits::TmaKV tma_v;
+    typename Traits::GmemShape shape_q, shape_k;
+    SequenceLayout sequences;
+    int heads_per_kv_head;
+    float scale_log2;
+    // Query i sees key j iff i + diag - window_left <= j <= i + diag + window_right (a negative
+    // bound is unbounded), with diag = seqlen_k - seqlen_q of the sequence when bottom_right.
+    bool bottom_right;
+    int window_left, window_right;
+  };
+
+  // Packed sequences are one batch of all tokens: Q spans total_q rows; for K/V only an upper
+  // bound of the total is known, which is enough because no load reads past a sequence's last key
+  // (TileInfo::key0). The batch stride of an extent of 1 is never applied: the row stride stands
+  // in (a valid TMA stride). With no key every tile is empty and K/V are never read, but a TMA
+  // descriptor needs a non-empty tensor: Q's describes them instead.
+  static Arguments to_arguments(AttentionParams const& a) {
+    bool const packed = a.cu_seqlens_q != nullptr;
+    int const rows_q = packed ? int(a.total_q) : a.seqlen_q;
+    int const rows_k =
+        packed ? int(std::min<int64_t>(int64_t(a.batch) * a.seqlen_k, INT_MAX)) : a.seqlen_k;
+    int const batches = packed ? 1 : a.batch;
+    auto stride = [packed](int64_t row, int64_t head, int64_t batch) {
+      return make_stride(row, _1{}, head, packed ? row : batch);
+    };
+    Arguments args{};
+    args.q = static_cast<const Element*>(a.q);
+    args.shape_q = make_shape(rows_q, a.head_dim, a.heads, batches);
+    args.stride_q = stride(a.q_row_stride, a.q_head_stride, a.q_batch_stride);
+    if (a.seqlen_k == 0) {
+      args.k = args.v = args.q;
+      args.shape_k = args.shape_q;
+      args.stride_k = args.stride_v = args.stride_q;
+    } else {
+      args.k = static_cast<const Element*>(a.k);
+      args.v = static_cast<const Element*>(a.v);
+      args.shape_k = make_shape(rows_k, a.head_dim, a.heads_k, batches);
+      args.stride_k = stride(a.k_row_stride, a.k_head_stride, a.k_batch_stride);
+      args.stride_v = stride(a.v_row_stride, a.v_head_stride, a.v_batch_stride);
+    }
+    args.sequences = a.sequences();
+    args.heads_per_kv_head = a.heads_per_kv_head;
+    args.scale_log2 = a.scale_log2;
+    args.bottom_right = a.bottom_right;
+    args.window_left = a.window_left;
+    args.window_right = a.window_right;
+    return args;
+  }
+
+  static Params to_params(Arguments const& a) {
+    auto gmem = [](const Element* ptr, auto shape, auto stride) {
+      return make_tensor(make_gmem_ptr(ptr), make_layout(shape, stride));
+    };
+    Params p{};
+    p.tma_q =
+        make_tma_copy(SM90_TMA_LOAD{}, gmem(a.q, a.shape_q, a.stride_q),
+                      typename Traits::SmemLayoutQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{});
+    p.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(a.k, a.shape_k, a.stride_k),
+                            take<0, 2>(typename Traits::SmemLayoutKV{}),
+                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{});
+    p.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(a.v, a.shape_k, a.stride_v),
+                            take<0, 2>(typename Traits::SmemLayoutKV{}),
+                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{});
+    p.shape_q = a.shape_q;
+    p.shape_k = a.shape_k;
+    p.sequences = a.sequences;
+    p.heads_per_kv_head = a.heads_per_kv_head;
+    p.scale_log2 = a.scale_log2;
+    p.bottom_right = a.bottom_right;
+    p.window_left = a.window_left;
+    p.window_right = a.window_right;
+    return p;
+  }
+
+  CUTE_DEVICE static void prefetch_descriptors(Params const& p) {
+    cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+  }
+
+  // The K and V pipelines of one CTA.
+  struct Pipelines {
+    Pipeline k, v;
+  };
+
+  // Where a consumer warpgroup stands in the pipelines and in the tiles it has run (each tile
+  // loads Q once, so the tile count is the phase of Q's barriers).
+  struct ConsumerState {
+    PipelineState k, v;
+    int tiles;
+  };
+
+  // Producer: every load of one tile. `tiles`: tiles this CTA has loaded before.
+  CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, Pipelines& pipes,
+                               PipelineState& state, TileInfo const& tile, int head, int tiles) {
+    using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+    using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+    int kv_head = head / p.heads_per_kv_head;
+
+    // Row 0 of these views is the sequence's first token (packed) or row (dense).
+    Tensor mQ = domain_offset(make_coord(tile.q_start, _0{}),
+                              p.tma_q.get_tma_tensor(p.shape_q)(_, _, head, tile.batch));
+    Tensor mK = domain_offset(make_coord(tile.k_start, _0{}),
+                              p.tma_k.get_tma_tensor(p.shape_k)(_, _, kv_head, tile.batch));
+    Tensor mV = domain_offset(make_coord(tile.k_start, _0{}),
+                              p.tma_v.get_tma_tensor(p.shape_k)(_, _, kv_head, tile.batch));
+    Tensor gQ = local_tile(mQ, TileQ{}, make_coord(tile.m_block, _0{}));
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+
+    auto tQ = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                            group_modes<0, 2>(gQ));  // (global, shared); a lambda uses it below
+    // (global, shared) partitions of K and V blocks: block n starts at key n * kBlockN, except a
+    // packed sequence's partial last block (tile.key0), which a second view shifted back by
+    // less than a block provides.
+    int const n_last = (tile.seqlen_k - 1) / kBlockN;
+    int const shift = tile.key0<Traits>(p, n_last) - n_last * kBlockN;
+    auto kv_blocks = [&](auto const& tma, auto const& mX, auto const& sX, int offset) {
+      Tensor gX = local_tile(domain_offset(make_coord(offset, _0{}), mX), TileKV{},
+                             make_coord(_, _0{}));  // (N, D, n_blocks)
+      return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sX), group_modes<0, 2>(gX));
+    };
+    auto [tKg, tKs] = kv_blocks(p.tma_k, mK, sK, 0);
+    auto [tVg, tVs] = kv_blocks(p.tma_v, mV, sV, 0);
+    Tensor tKg_last = get<0>(kv_blocks(p.tma_k, mK, sK, shift));
+    Tensor tVg_last = get<0>(kv_blocks(p.tma_v, mV, sV, shift));
+
+    // Q is loaded for every tile, even one with no visible key, so that both sides count the
+    // Q buffer's phases the same way. Its first K block goes out before the wait for Q's buffer.
+    auto load_q = [&] {
+      if (tiles > 0) smem.bar_q_free.wait((tiles - 1) & 1);
+      smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
+      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
+    };
+    if (tile.n_block_max <= tile.n_block_min) load_q();
+
+    for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
+      bool const last = n == n_last;
+      pipes.k.producer_acquire(state);
+      copy(p.tma_k.with(*pipes.k.producer_get_barrier(state), 0), last ? tKg_last(_, n) : tKg(_, n),
+           tKs(_, state.index()));
+      if (n == tile.n_block_max - 1) load_q();
+      pipes.v.producer_acquire(state);
+      copy(p.tma_v.with(*pipes.v.producer_get_barrier(state), 0), last ? tVg_last(_, n) : tVg(_, n),
+           tVs(_, state.index()));
+      ++state;
+    }
+  }
+
+  // Consumer: one tile's main loop. Returns with o holding the unnormalised output and softmax
+  // the row statistics. thread: the index among all consumer threads.
+  template <class FragO, class Softmax>
+  CUTE_DEVICE static void mma(Params const& p, SharedStorage& smem, Pipelines& pipes,
+                              ConsumerState& state, WorkTile const& work, TileInfo const& tile,
+                              int thread, FragO& o, Softmax& softmax) {
+    typename Traits::TiledMmaQK mma_qk;
+    typename Traits::TiledMmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(thread);
+    auto thr_pv = mma_pv.get_thread_slice(thread);
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // smem descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
+    Tensor s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor s_rc = rowcol_view(s);
+    Tensor coords =
+        rowcol_view(thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+    Tensor o_rc = rowcol_view(o);
+    constexpr int kRows = decltype(size<0>(s_rc))::value;
+
+    auto q_done = [&] {
+      if constexpr (kReleaseQEarly) smem.bar_q_free.arrive();
+    };
+    softmax.init();
+    clear(o);
+    smem.bar_q.wait(state.tiles & 1);
+    if (tile.n_block_max <= tile.n_block_min) {
+      q_done();
+      return;
+    }
+
+    int const row0 = tile.m_block * kBlockM;
+    // A positive scale is applied inside the softmax (its row maximum is then the raw scores'
+    // maximum times the scale); any other scale multiplies the scores first.
+    bool const scale_first = !(p.scale_log2 > 0.f);
+    // Scores of a block become probabilities in place; blocks with hidden pairs are masked with
+    // -inf first. Returns whether O needs rescaling.
+    auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
+      bool const masked = n >= tile.n_block_mask || n < tile.n_block_left_mask;
+      if (scale_first || masked) {
+        float scale = p.scale_log2;
+        if (scale_first) {
+          scale_scores(s_rc, scale);
+          scale = 1.f;
+        }
+        if (masked) {
+          // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
+          // across the loop; dense problems take it from the parameters.
+          TileInfo const seq = TileInfo::make<Traits>(p, work);
+          mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN,
+                      TileInfo::make_mask(p, seq));
+        }
+        return softmax.update(s_rc, scale, correction);
+      }
+      // The steady state has a copy of its own: one path for both made ptxas wait for the PV
+      // GEMM before the softmax.
+      return softmax.update(s_rc, p.scale_log2, correction);
+    };
+
+    // The turns started once per kernel and run on across tiles.
+    TurnTaking<Traits::kPingPong> const turns{thread / 128};
+    int n = tile.n_block_max - 1;
+    float correction[kRows];
+    pipes.k.consumer_wait(state.k);
+    turns.wait();
+    warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
+    turns.pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(s);
+    pipes.k.consumer_release(state.k);
+    ++state.k;
+    if (n == tile.n_block_min) q_done();
+    softmax_step(n, correction);
+    Tensor p_frag = convert_fragment<Element>(s);
+    Tensor p_a = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
+    bool first_pv = true;
+
+    for (--n; n >= tile.n_block_min; --n) {
+      pipes.k.consumer_wait(state.k);
+      turns.wait();
+      if constexpr (kRebuildQDescriptors) {
+        // Rebuild Q's descriptors from an index the compiler cannot hoist (a few integer ops)
+        // rather than keep them across the loop.
+        int t;
+        asm volatile("mov.b32 %0, %1;" : "=r"(t) : "r"(thread));
+        Tensor q_desc = mma_qk.get_thread_slice(t).partition_fragment_A(sQ);
+        warpgroup_gemm<true, -1>(mma_qk, q_desc, tSrK(_, _, _, state.k.index()), s);
+      } else {
+        warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
+      }
+      pipes.v.consumer_wait(state.v);
+      if (first_pv) {
+        warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
+      } else {
+        warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
+      }
+      first_pv = false;
+      turns.pass();
+      warpgroup_wait<1>();  // S is ready; PV may still run
+      warpgroup_fence_operand(s);
+      pipes.k.consumer_release(state.k);
+      ++state.k;
+      if (n == tile.n_block_min) q_done();
+      // Rows keep their reference maximum most of the time: the warp skips O's rescale unless one
+      // of its rows moved.
+      bool const rescale = __any_sync(0xffffffff, softmax_step(n, correction));
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(o);
+      pipes.v.consumer_release(state.v);
+      ++state.v;
+      if (rescale) Softmax::scale_rows(o_rc, correction);
+      p_frag = convert_fragment<Element>(s);
+    }
+
+    pipes.v.consumer_wait(state.v);
+    turns.wait();
+    if (first_pv) {
+      warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
+    } else {
+      warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
+    }
+    turns.pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(o);
+    pipes.v.consumer_release(state.v);
+    ++state.v;
+  }
+
+  // When the epilogue staged O in Q's buffer: its stores have read it, Q may be reloaded.
+  CUTE_DEVICE static void release_q(SharedStorage& smem) { smem.bar_q_free.arrive(); }
+};
+
+}  // namespace flashcute::sm90

@@ -1,3 +1,0 @@
-#include "kernels/sm90/config.hpp"
-#include "kernels/sm90/launch.hpp"
-FLASHCUTE_SM90_INSTANTIATE(cutlass::bfloat16_t, bf16, FC_BFLOAT16, 256)

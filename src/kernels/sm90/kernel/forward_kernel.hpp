@@ -1,0 +1,171 @@
+// The Hopper forward kernel: warpgroup 0 produces (TMA loads), warpgroups 1.. consume (wgmma and
+// softmax), each CTA walking the tiles the scheduler gives it (a persistent grid: launch and
+// set-up are paid once per CTA, and one tile's loads overlap the previous tile's tail). The kernel
+// type owns what its collectives share: the shared storage, the register budgets, and the choice
+// of where O is staged.
+#pragma once
+
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/common/params.hpp"
+#include "kernels/sm90/collective/epilogue_fwd.hpp"
+#include "kernels/sm90/collective/mainloop_fwd.hpp"
+#include "kernels/sm90/softmax.hpp"
+#include "kernels/sm90/tile_info.hpp"
+#include "kernels/sm90/tile_scheduler.hpp"
+#include "kernels/sm90/traits.hpp"
+#include "kernels/sm90/turn_taking.hpp"
+
+namespace flashcute::sm90 {
+
+template <class Traits_>
+struct ForwardKernel {
+  using Traits = Traits_;
+  using Element = typename Traits::Element;
+  static constexpr int kThreads = Traits::kThreads;
+  static constexpr int kCtasPerSm = Traits::kCtasPerSm;
+
+  // setmaxnreg budgets. A CTA starts with the registers its launch bounds allow every thread (a
+  // multiple of 8); the producer gives back all but 24 and the consumers share the rest (a
+  // multiple of 8 each, at most 240).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kEntryRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
+  static constexpr int kConsumerRegs =
+      cute::min(240, (kEntryRegs * kThreads - kProducerRegs * 128) /
+                         (128 * Traits::kConsumerWarpgroups) / 8 * 8);
+  // setmaxnreg.inc waits until the registers are free: asking for more than the CTA started with
+  // would hang the consumers.
+  static_assert(kProducerRegs * 128 + kConsumerRegs * Traits::kConsumerThreads <=
+                kEntryRegs * kThreads);
+
+  // Shared memory per SM, of which the driver keeps kSmemReservedPerCta for every CTA.
+  static constexpr int kSmemPerSm = 228 * 1024;
+  static constexpr int kSmemReservedPerCta = 1024;
+  // O has a buffer of its own if it fits beside every CTA on the SM (plus 1 KB for the barriers):
+  // the producer may then load the next tile's Q as soon as the last QK^T has read the current one,
+  // and the epilogue overlaps that load. Otherwise O borrows Q's buffer and the next Q waits for
+  // the epilogue.
+  static constexpr int kBytesQKV = int(Traits::kBytesQ + 2 * Traits::kStages * Traits::kBytesKV);
+  static constexpr bool kSeparateO =
+      kCtasPerSm * (kBytesQKV + int(Traits::kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
+
+  using Mainloop = CollectiveMainloopFwd<Traits, kConsumerRegs, kSeparateO>;
+  using Epilogue = CollectiveEpilogueFwd<Traits, kSeparateO>;
+  using Scheduler = TileScheduler<Traits::kBlockM>;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+
+  struct SharedStorage {
+    typename Mainloop::SharedStorage mainloop;
+    typename Epilogue::SharedStorage epilogue;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedPerCta) <= kSmemPerSm);
+
+  struct Params {
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+    typename Scheduler::Params scheduler;
+  };
+
+  // Host, once per launch.
+  static Params to_params(AttentionParams const& a) {
+    // Causal without a left window edge: a tile's cost grows with its row, so pair tiles.
+    bool const pair_tiles = a.window_right == 0 && a.window_left < 0;
+    return Params{Mainloop::to_params(Mainloop::to_arguments(a)),
+                  Epilogue::to_params(Epilogue::to_arguments(a)),
+                  Scheduler::to_params({a.batch, a.heads, a.seqlen_q, pair_tiles, a.cu_seqlens_q})};
+  }
+
+  CUTE_DEVICE static void run(Params const& p, char* smem_raw) {
+    auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+    int const warpgroup = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+      Mainloop::prefetch_descriptors(p.mainloop);
+      Epilogue::prefetch_descriptors(p.epilogue);
+      smem.mainloop.bar_q.init(1);
+      smem.mainloop.bar_q_free.init(Traits::kConsumerThreads);
+    }
+
+    typename Pipeline::Params pipe_params;
+    pipe_params.transaction_bytes = Traits::kBytesKV;
+    pipe_params.role =
+        warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+    pipe_params.is_leader = threadIdx.x == 0;
+    pipe_params.num_consumers = Traits::kConsumerThreads;
+    typename Mainloop::Pipelines pipes{
+        Pipeline(smem.mainloop.pipe_k, pipe_params, Shape<_1, _1, _1>{}),
+        Pipeline(smem.mainloop.pipe_v, pipe_params, Shape<_1, _1, _1>{})};
+    __syncthreads();  // barrier initialisation visible to every thread
+
+    if (warpgroup == 0) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+      if (threadIdx.x == 0) produce(p, smem, pipes);
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+      consume(p, smem, pipes, int(threadIdx.x) - 128);
+    }
+  }
+
+ private:
+  CUTE_DEVICE static void produce(Params const& p, SharedStorage& smem,
+                                  typename Mainloop::Pipelines& pipes) {
+    PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+    int tiles = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
+    for (Scheduler sched(p.scheduler, int(blockIdx.x)); sched.valid(p.scheduler);
+         sched.advance(p.scheduler, int(gridDim.x))) {
+      WorkTile const w = sched.get(p.scheduler);
+      TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
+      Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w.head, tiles);
+      ++tiles;
+    }
+  }
+
+  // thread: the index among the consumer threads.
+  CUTE_DEVICE static void consume(Params const& p, SharedStorage& smem,
+                                  typename Mainloop::Pipelines& pipes, int thread) {
+    typename Mainloop::ConsumerState state{};
+    state.tiles = 0;
+    typename Traits::TiledMmaPV mma_pv;
+    TurnTaking<Traits::kPingPong> const turns{thread / 128};
+    turns.start();
+    Element* o_smem;
+    if constexpr (kSeparateO) {
+      o_smem = smem.epilogue.o.data();
+    } else {
+      o_smem = smem.mainloop.q.data();
+    }
+    for (Scheduler sched(p.scheduler, int(blockIdx.x)); sched.valid(p.scheduler);
+         sched.advance(p.scheduler, int(gridDim.x))) {
+      WorkTile const w = sched.get(p.scheduler);
+      TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
+      // Hide that the thread index is the same every tile: otherwise the compiler hoists the
+      // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
+      int thread_here;
+      asm volatile("mov.b32 %0, %1;" : "=r"(thread_here) : "r"(thread));
+      Tensor o = partition_fragment_C(mma_pv, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+      constexpr int kRows = decltype(size<0>(rowcol_view(o)))::value;
+      Softmax<kRows> softmax;
+      Mainloop::mma(p.mainloop, smem.mainloop, pipes, state, w, tile, thread_here, o, softmax);
+      // The tile's sequence is looked up again rather than kept across the main loop, where the
+      // consumers have no register to spare.
+      Epilogue::store(p.epilogue, o_smem, TileInfo::make<Traits>(p.mainloop, w), w.head,
+                      thread_here, o, softmax);
+      if constexpr (!kSeparateO) Mainloop::release_q(smem.mainloop);
+      ++state.tiles;
+    }
+    Epilogue::drain(thread);
+    turns.finish();
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, Kernel::kCtasPerSm)
+    forward_kernel(CUTE_GRID_CONSTANT typename Kernel::Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) char smem_raw[];
+  Kernel::run(p, smem_raw);
+#endif
+}
+
+}  // namespace flashcute::sm90

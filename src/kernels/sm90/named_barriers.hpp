@@ -1,0 +1,16 @@
+// Every named barrier of the Hopper family in one place (ids 1..7: id 0 is __syncthreads).
+#pragma once
+
+namespace flashcute::sm90 {
+
+enum class BarrierId : int {
+  // Each consumer warpgroup's epilogue (up to three warpgroups: ids 1..3), 128 threads.
+  kEpilogueWarpgroup0 = 1,
+  // The ping-pong turns of the two consumer warpgroups (ids 4 and 5), 256 threads.
+  kTurnWarpgroup0 = 4,
+};
+
+// The barrier of consumer warpgroup `warpgroup` within a group of barriers.
+inline __device__ int barrier_id(BarrierId first, int warpgroup) { return int(first) + warpgroup; }
+
+}  // namespace flashcute::sm90
