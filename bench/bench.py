@@ -9,7 +9,7 @@ every implementation `--rounds` times in rotating order and keeps the median, an
 of GEMMs before the first row bring the clock up from idle, so that no implementation is measured
 in a moment the others do not share.
 
-The JSON follows GUIDE section 5. Implementations: "ours" (the library's own choice of kernel),
+bench/README.md describes the JSON. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
 "torch_cudnn", "torch_efficient" (SDPA with that backend forced). One that cannot run a row is left
 out of it. Feature rows carry "kind": gqa, varlen, window, lse.
@@ -40,9 +40,11 @@ REPO = HERE.parent
 
 try:
     import flashcute
+    from flashcute import mask
 except ImportError:
     sys.path.insert(0, str(REPO / "python"))
     import flashcute
+    from flashcute import mask
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PEERS = {
@@ -93,7 +95,8 @@ def feature_rows():
 def quick_rows():
     keep = []
     for r in plain_rows() + feature_rows():
-        seed = (r["b"], r["sq"], r["h"]) == (4, 8192, 16) and r["dtype"] == "bf16" and "kind" not in r
+        seed = ((r["b"], r["sq"], r["h"]) == (4, 8192, 16) and r["dtype"] == "bf16"
+                and "kind" not in r)
         small = r["d"] == 64 and r["sq"] == 1024 and not r["causal"] and "kind" not in r
         feature = "kind" in r and (r["kind"] != "window" or r["window"] == [1024, 0])
         if seed or small or (feature and r["causal"]):
@@ -110,24 +113,13 @@ def label(r):
             f"{'causal' if r['causal'] else 'full'}{extra}")
 
 
-def visible_pairs(r):
-    """Query-key pairs a row's mask keeps, per (batch, head)."""
-    s = r["sq"]
-    i = torch.arange(s, dtype=torch.int64)
-    left, right = r["window"]
-    lo = (i - left).clamp(min=0) if left >= 0 else torch.zeros_like(i)
-    hi = (i + right).clamp(max=s - 1) if right >= 0 else torch.full_like(i, s - 1)
-    if r["causal"]:
-        hi = torch.minimum(hi, i)
-    return int((hi - lo + 1).clamp(min=0).sum())
-
-
 def flops(r):
-    """GUIDE section 5: 4 b h sq sk d, halved for causal when sq == sk; windows count the pairs
+    """4 b h sq sk d, halved for causal when sq == sk; windows count the pairs
     they keep and varlen rows sum over their sequences (padding does no useful work)."""
     kind = r.get("kind")
     if kind == "window":
-        return 4 * r["b"] * r["h"] * r["d"] * visible_pairs(r)
+        pairs = mask.visible_pairs(r["sq"], r["sk"], r["causal"], tuple(r["window"]))
+        return 4 * r["b"] * r["h"] * r["d"] * pairs
     if kind == "varlen":
         total = sum(4 * r["h"] * n * n * r["d"] for n in r["seqlens"])
         return total / 2 if r["causal"] else total
@@ -199,7 +191,8 @@ def our_callables(r, q, k, v):
     for name, family in (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90")):
         if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
             continue
-        calls[name] = (lambda fam: lambda: flashcute.forward(q, k, v, family=fam, **options))(family)
+        calls[name] = (
+            lambda fam: lambda: flashcute.forward(q, k, v, family=fam, **options))(family)
     return calls
 
 
@@ -230,17 +223,8 @@ def peer_callable(r, q, k, v):
     if r["h"] != r["hk"]:
         kwargs["enable_gqa"] = True
     if r.get("kind") == "window":
-        s = r["sq"]
-        i = torch.arange(s, device="cuda")[:, None]
-        j = torch.arange(s, device="cuda")[None, :]
-        left, right = r["window"]
-        keep = torch.ones(s, s, dtype=torch.bool, device="cuda")
-        if left >= 0:
-            keep &= j >= i - left
-        if right >= 0:
-            keep &= j <= i + right
-        if r["causal"]:
-            keep &= j <= i
+        keep = mask.keep_matrix(r["sq"], r["sk"], r["causal"], tuple(r["window"]), xp=torch,
+                                device="cuda")
         kwargs = dict(attn_mask=keep)
     return lambda: F.scaled_dot_product_attention(qt, kt, vt, **kwargs).transpose(1, 2)
 
@@ -290,7 +274,8 @@ def run_row(r, args, log):
         del out
         # The padded varlen batch is rated by the work it does (padding included), so that
         # ours / ours_padded compares per-FLOP rates; every other column counts useful work.
-        timed[name] = (fn, contextlib.nullcontext, dense_flops(r) if name == "ours_padded" else work)
+        rated = dense_flops(r) if name == "ours_padded" else work
+        timed[name] = (fn, contextlib.nullcontext, rated)
 
     # The clock and power state drift while a row runs, so no implementation may own one moment:
     # each round times every implementation once, the order rotating between rounds, and a
@@ -375,7 +360,7 @@ def main():
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()
     if args.warmup < 5 or args.iters < 20:
-        parser.error("GUIDE section 5 asks for at least 5 warm-up calls and 20 timed calls")
+        parser.error("GPU time takes at least 5 warm-up calls and 20 timed calls")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if not torch.cuda.is_available():

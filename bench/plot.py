@@ -55,7 +55,8 @@ def plot(document, png_path):
                     label=name)
         ax.set_xscale("log", base=2)
         ax.set_xticks([r["sq"] for r in mine])
-        ax.set_xticklabels([f"{r['sq'] // 1024}k" if r["sq"] >= 1024 else str(r["sq"]) for r in mine])
+        ax.set_xticklabels(
+            [f"{r['sq'] // 1024}k" if r["sq"] >= 1024 else str(r["sq"]) for r in mine])
         ax.set_ylim(bottom=0)
         ax.set_title(f"head_dim {d}, {'causal' if causal else 'non-causal'}")
         ax.set_xlabel("sequence length")

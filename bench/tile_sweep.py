@@ -15,6 +15,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import median_ms  # noqa: E402
 
+# isort: split
+# After bench, which puts the repository's python/ on sys.path when no package is installed.
 import flashcute  # noqa: E402
 
 
@@ -40,7 +42,8 @@ def main():
                 line = []
                 for tile in tiles:
                     def call():
-                        return flashcute.forward(q, k, v, causal=causal, family=args.family, tile=tile)
+                        return flashcute.forward(q, k, v, causal=causal, family=args.family,
+                                                 tile=tile)
                     ms = median_ms(call, args.warmup, args.iters)
                     tflops = flops / ms / 1e9
                     results.append({"d": d, "s": s, "causal": causal, "tile": list(tile),

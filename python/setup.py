@@ -59,7 +59,8 @@ def build_library():
         "-DFLASHCUTE_BUILD_TESTS=OFF",
         "-DFLASHCUTE_BUILD_TOOLS=OFF",
     ]
-    configure += [f"-D{name}={os.environ[name]}" for name in CMAKE_CACHE_VARS if os.environ.get(name)]
+    configure += [f"-D{name}={os.environ[name]}"
+                  for name in CMAKE_CACHE_VARS if os.environ.get(name)]
     configure += shlex.split(os.environ.get("FLASHCUTE_CMAKE_ARGS", ""))
     jobs = os.environ.get("FLASHCUTE_BUILD_JOBS", str(os.cpu_count() or 1))
     env = _cmake_env()

@@ -112,7 +112,8 @@ def _qkv_common(q, k, v, ndim):
         _check_cuda(t)
     for t in (q, k, v):
         if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{t.name} has dtype {t.dtype}; flashcute supports float16 and bfloat16")
+            raise TypeError(
+                f"{t.name} has dtype {t.dtype}; flashcute supports float16 and bfloat16")
     for t in (k, v):
         if t.dtype != q.dtype:
             raise TypeError(f"{t.name} has dtype {t.dtype} but q has {q.dtype}; they must match")
@@ -134,7 +135,8 @@ def _qkv_common(q, k, v, ndim):
             f"heads of q ({heads}) must be a positive multiple of heads of k/v ({heads_k})")
     if head_dim % ALIGN_ELEMENTS != 0 or not 0 < head_dim <= MAX_HEAD_DIM:
         raise ValueError(
-            f"head_dim {head_dim} is not supported: it must be a multiple of 8 in 8..{MAX_HEAD_DIM}")
+            f"head_dim {head_dim} is not supported: "
+            f"it must be a multiple of 8 in 8..{MAX_HEAD_DIM}")
     for t in (q, k, v):
         _check_layout(t)
     return heads, heads_k, head_dim

@@ -10,8 +10,7 @@ array through jax.dlpack.from_dlpack.
 import ctypes
 import math
 
-from . import _checks
-from . import _library
+from . import _checks, _library
 
 KDL_CPU = 1
 KDL_CUDA = 2
@@ -84,7 +83,8 @@ def read_capsule(capsule, name):
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
     dtype = _DTYPES.get((code, bits)) if lanes == 1 else None
     if dtype is None:
-        dtype = f"{_CODE_NAMES.get(code, f'code{code}')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
+        dtype = f"{_CODE_NAMES.get(code, f'code{code}')}{bits}"
+        dtype += f"x{lanes}" if lanes != 1 else ""
     return _checks.TensorDesc(
         name=name,
         shape=shape,
@@ -188,7 +188,8 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
             raise ValueError(
                 f"{name} must be on a CUDA device, got {device_name(device_type)}:{index}")
         if index != q_index:
-            raise ValueError(f"{name} is on cuda:{index} but q is on cuda:{q_index}; they must match")
+            raise ValueError(
+                f"{name} is on cuda:{index} but q is on cuda:{q_index}; they must match")
 
     framework = _framework(q)
     allocator = _allocator_for(framework, q_index)

@@ -52,8 +52,8 @@ class FcTileConfig(ctypes.Structure):
 
 
 # Field order and types must follow the C struct exactly; ctypes applies the same natural alignment
-# as the C compiler, and tests/test_library.py compares every offset with the header when a C
-# compiler is present.
+# as the C compiler, and python/tests/test_cpu.py (test_struct_layout_matches_header) compares every
+# offset and the size with the header when a C compiler is present.
 class FcForwardArgs(ctypes.Structure):
     _fields_ = [
         ("abi_version", ctypes.c_int32),

@@ -9,8 +9,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _checks
-from . import _library
+from . import _checks, _library
 
 _DTYPES = {
     torch.float16: "fp16",

@@ -23,7 +23,10 @@ except ImportError:
 
 @pytest.fixture(scope="session")
 def library():
-    """The loaded libflashcute; a skip when none is found, a failure when FLASHCUTE_REQUIRE_LIB=1."""
+    """The loaded libflashcute.
+
+    A skip when none is found, a failure when FLASHCUTE_REQUIRE_LIB=1.
+    """
     from flashcute import _library
 
     try:

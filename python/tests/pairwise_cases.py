@@ -1,4 +1,6 @@
-"""Pairwise (all-pairs) selection of test cases, as the guide asks of the GPU suite."""
+"""Pairwise (all-pairs) selection of test cases: every pair of values of any two factors appears
+in some case, so the GPU suite covers every two-way interaction with far fewer cases than the full
+product."""
 
 import itertools
 import random

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import flashcute
-from flashcute import _checks, _dlpack, _library
+from flashcute import _checks, _dlpack, _library, mask
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HEADER = REPO / "include" / "flashcute" / "flashcute.h"
@@ -111,7 +111,8 @@ def test_read_capsule_refuses_other_objects():
 def test_valid_dense_problem():
     t = dense()
     p = _checks.check_dense(t["q"], t["k"], t["v"])
-    assert (p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_k, p.head_dim) == (2, 64, 96, 8, 2, 64)
+    shape = (p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_k, p.head_dim)
+    assert shape == (2, 64, 96, 8, 2, 64)
     assert p.out_shape() == (2, 64, 8, 64)
     assert p.lse_shape() == (2, 8, 64)
 
@@ -121,7 +122,8 @@ BAD_DENSE = [
     ({"q": FakeCudaArray((2, 64, 8, 64), device=(1, 0))}, ValueError, "q must be on a CUDA device"),
     ({"v": FakeCudaArray((2, 96, 2, 64), dtype=FP32)}, TypeError, "v has dtype fp32"),
     ({"q": FakeCudaArray((2, 64, 8, 64), dtype=INT32)}, TypeError, "q has dtype int32"),
-    ({"k": FakeCudaArray((2, 96, 2, 64), dtype=FP16)}, TypeError, "k has dtype fp16 but q has bf16"),
+    ({"k": FakeCudaArray((2, 96, 2, 64), dtype=FP16)}, TypeError,
+     "k has dtype fp16 but q has bf16"),
     ({"q": FakeCudaArray((2, 64, 512))}, ValueError, "q must have 4 dimensions"),
     ({"k": FakeCudaArray((2, 96, 2, 64), device=(2, 1))}, ValueError, "k is on cuda:1"),
     ({"v": FakeCudaArray((2, 95, 2, 64))}, ValueError, "v has shape"),
@@ -330,7 +332,8 @@ def test_struct_layout_matches_header(tmp_path):
     lines = [f'printf("{n} %zu\\n", offsetof(fc_forward_args, {n}));' for n in fields]
     lines.append('printf("sizeof %zu\\n", sizeof(fc_forward_args));')
     source = tmp_path / "layout.c"
-    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"flashcute/flashcute.h\"\n"
+    source.write_text("#include <stddef.h>\n#include <stdio.h>\n"
+                      "#include \"flashcute/flashcute.h\"\n"
                       "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
     exe = tmp_path / "layout"
     subprocess.run([compiler, f"-I{HEADER.parent.parent}", str(source), "-o", str(exe)], check=True)
@@ -399,6 +402,48 @@ def test_compiled_tile_configs_are_consistent(library):
                     with pytest.raises(flashcute.UnsupportedError):
                         flashcute.default_tile_config(family, dtype, head_dim)
     assert found > 0, "the library has no kernel at all"
+
+
+# ---------------------------------------------------------------------------------------------
+# The mask rule (flashcute.mask), against a loop over every (query, key) pair.
+
+def brute_force_keep(seqlen_q, seqlen_k, causal, window_size, causal_alignment):
+    left, right = window_size
+    keep = np.zeros((seqlen_q, seqlen_k), dtype=bool)
+    for i in range(seqlen_q):
+        # The key query i lines up with: the last query meets the last key (bottom right), or
+        # query i meets key i (top left).
+        diag = i + seqlen_k - seqlen_q if causal_alignment == "bottom_right" else i
+        for j in range(seqlen_k):
+            keep[i, j] = ((not causal or j <= diag)
+                          and (left < 0 or diag - j <= left)
+                          and (right < 0 or j - diag <= right))
+    return keep
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(1, 1), (6, 6), (3, 11), (11, 3), (0, 4), (4, 0),
+                                                (17, 9)])
+@pytest.mark.parametrize("window_size", [(-1, -1), (0, 0), (2, -1), (-1, 3), (3, 1), (0, 5)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal_alignment", ["bottom_right", "top_left"])
+def test_mask_matches_every_pair(seqlen_q, seqlen_k, window_size, causal, causal_alignment):
+    expected = brute_force_keep(seqlen_q, seqlen_k, causal, window_size, causal_alignment)
+    keep = mask.keep_matrix(seqlen_q, seqlen_k, causal, window_size, causal_alignment)
+    assert keep.shape == (seqlen_q, seqlen_k) and keep.dtype == bool
+    assert np.array_equal(keep, expected)
+    count = mask.visible_pairs(seqlen_q, seqlen_k, causal, window_size, causal_alignment)
+    assert count == int(expected.sum())
+
+
+def test_mask_causal_is_bottom_right_by_default():
+    # FlashAttention's documented causal masks for seqlen_q != seqlen_k (1 = kept).
+    assert mask.keep_matrix(2, 5, causal=True).astype(int).tolist() == [[1, 1, 1, 1, 0],
+                                                                        [1, 1, 1, 1, 1]]
+    assert mask.keep_matrix(5, 2, causal=True).astype(int).tolist() == [[0, 0], [0, 0], [0, 0],
+                                                                        [1, 0], [1, 1]]
+    assert mask.visible_pairs(5, 2, causal=True) == 3
+    with pytest.raises(ValueError, match="causal_alignment"):
+        mask.keep_matrix(2, 2, causal_alignment="middle")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,11 @@ if not torch.cuda.is_available():
 
 import flashcute  # noqa: E402
 from attention_reference import (  # noqa: E402
-    assert_close, assert_lse_close, attention, default_scale)
+    assert_close,
+    assert_lse_close,
+    attention,
+    default_scale,
+)
 from pairwise_cases import pairwise  # noqa: E402
 
 SEED = int(os.environ["FLASHCUTE_TEST_SEED"])

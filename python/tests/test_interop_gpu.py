@@ -14,7 +14,11 @@ if not torch.cuda.is_available():
 
 import flashcute  # noqa: E402
 from attention_reference import (  # noqa: E402
-    assert_close, assert_lse_close, attention, default_scale)
+    assert_close,
+    assert_lse_close,
+    attention,
+    default_scale,
+)
 
 SEED = int(os.environ["FLASHCUTE_TEST_SEED"])
 

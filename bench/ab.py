@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""A/B of two builds of libflashcute.so, loaded side by side in one process: GPU time per row.
+
+What it measures: for every plain row of bench.py (the seed's default problem in bf16 and fp16,
+causal and not, and the 36-row sweep over head_dim 64/128/256 and seqlen 512..16k) and each of
+"ours" (family auto) and "ours_sm80" (family sm80 forced), the TFLOP/s of the OLD and the NEW
+library on the same input buffers, and new / old.
+
+How: both .so files are opened with ctypes.CDLL (RTLD_LOCAL, two handles, each with its own
+statically linked CUDA runtime) and called through their C ABI directly, each with an
+fc_forward_args filled by its own fc_forward_args_init. Before a row is timed, the two outputs
+are compared (relative L2 must stay below 1e-2; whether they are bitwise equal is reported).
+Timing is bench.py's: GEMMs first bring the clock up from idle (bench.warm_up_gpu), then
+bench.median_ms (warm-up calls, then the median of CUDA-event-timed calls queued behind a GPU
+sleep, so host overhead never shows). To cancel clock and power drift, each (row, impl) alternates
+the two builds over --rounds rounds (old new, new old, old new, ...) and keeps each build's median
+over the rounds. FLOPs are bench.dense_flops (4 b h sq sk d, halved for causal).
+
+Writes DIR/<gpu>-ab.json (h200-ab.json on an H200) and prints a table, per impl the median and the
+minimum of new / old, and PASS/FAIL for median >= 0.99 and minimum >= 0.97. Exit status: 0 when
+every impl passes, 1 when one fails the criteria; a correctness failure raises before any timing
+of that row.
+
+Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
+       [--rows quick|plain] [--rounds 3] [--warmup 10] [--iters 30]
+The commit defaults to $FLASHCUTE_COMMIT or `git rev-parse HEAD`, the old commit to
+$FLASHCUTE_OLD_COMMIT or "unknown". Passing the same file twice (an A/A run, to see the noise)
+works: the second copy is loaded from a temporary file so that the two handles stay separate.
+"""
+
+import argparse
+import ctypes
+import datetime
+import importlib
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+# bench/bench.py, imported as a module; it puts the repository's python/ on sys.path when no
+# flashcute package is installed, so flashcute._library is imported after it.
+sys.path.insert(0, str(HERE))
+bench = importlib.import_module("bench")
+fclib = importlib.import_module("flashcute._library")
+
+IMPLS = (("ours", "auto"), ("ours_sm80", "sm80"))
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+MAX_REL_L2 = 1e-2
+MEDIAN_BAR = 0.99
+MIN_BAR = 0.97
+
+
+class CallError(RuntimeError):
+    """fc_forward returned a non-zero fc_status (kept in `status`)."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+# ---------------------------------------------------------------------------------------------
+# The two libraries
+
+class Library:
+    """One build of libflashcute.so behind its own dlopen handle."""
+
+    def __init__(self, name, path):
+        self.name = name
+        self.path = pathlib.Path(path)
+        lib = ctypes.CDLL(str(self.path), mode=os.RTLD_LOCAL)
+        lib.fc_forward_args_init.argtypes = [ctypes.POINTER(fclib.FcForwardArgs)]
+        lib.fc_forward_args_init.restype = None
+        lib.fc_forward.argtypes = [ctypes.POINTER(fclib.FcForwardArgs)]
+        lib.fc_forward.restype = ctypes.c_int
+        lib.fc_last_error.argtypes = []
+        lib.fc_last_error.restype = ctypes.c_char_p
+        self.lib = lib
+
+    def entry_address(self):
+        return ctypes.cast(self.lib.fc_forward, ctypes.c_void_p).value
+
+    def error(self, status):
+        message = self.lib.fc_last_error().decode("utf-8", "replace")
+        return f"{self.name} library ({self.path}): {message} (fc_status {status})"
+
+    def args(self, r, family, q, k, v, o):
+        """An fc_forward_args for dense (b, s, h, d) tensors, filled as flashcute.forward does."""
+        a = fclib.FcForwardArgs()
+        self.lib.fc_forward_args_init(ctypes.byref(a))
+        a.abi_version = fclib.ABI_VERSION
+        a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), *t.stride()[:3]) for t in (q, k, v, o))
+        a.dtype = fclib.DTYPE_CODES[r["dtype"]]
+        a.batch = r["b"]
+        a.seqlen_q = r["sq"]
+        a.seqlen_k = r["sk"]
+        a.heads = r["h"]
+        a.heads_k = r["hk"]
+        a.head_dim = r["d"]
+        a.softmax_scale = 1.0 / math.sqrt(r["d"])
+        a.causal = int(r["causal"])
+        a.causal_alignment = fclib.CAUSAL_BOTTOM_RIGHT
+        a.window_left = -1
+        a.window_right = -1
+        a.family = fclib.FAMILIES[family]
+        a.stream = torch.cuda.current_stream().cuda_stream or None
+        return a
+
+    def caller(self, args):
+        """A zero-argument callable running fc_forward on args; raises on a non-zero status."""
+        forward, ref = self.lib.fc_forward, ctypes.byref(args)
+
+        def call():
+            status = forward(ref)
+            if status != fclib.OK:
+                raise CallError(status, self.error(status))
+
+        return call
+
+
+def open_libraries(old_path, new_path, keep):
+    """The two Library objects. dlopen hands back the handle it already has for a file it has
+    loaded (matched by device and inode), so a file given twice is copied first."""
+    old_path, new_path = pathlib.Path(old_path), pathlib.Path(new_path)
+    for path in (old_path, new_path):
+        if not path.is_file():
+            sys.exit(f"ab.py: no such library: {path}")
+    s_old, s_new = old_path.stat(), new_path.stat()
+    if (s_old.st_dev, s_old.st_ino) == (s_new.st_dev, s_new.st_ino):
+        folder = tempfile.mkdtemp(prefix="flashcute-ab-")
+        keep.append(folder)
+        new_path = pathlib.Path(shutil.copy2(new_path, pathlib.Path(folder) / "libflashcute.so"))
+        print(f"--old and --new are the same file (an A/A run): new loaded from {new_path}")
+    old, new = Library("old", old_path), Library("new", new_path)
+    if old.entry_address() == new.entry_address():
+        sys.exit("ab.py: both libraries resolved to one handle; nothing would be compared")
+    return old, new
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+def select_rows(which):
+    rows = bench.plain_rows()
+    if which == "plain":
+        return rows
+
+    def quick(r):
+        seed = (r["b"], r["sq"], r["h"], r["d"], r["dtype"]) == (4, 8192, 16, 128, "bf16")
+        small = (r["d"], r["sq"]) == (64, 512)
+        wide = (r["d"], r["sq"]) == (256, 2048)
+        return r["dtype"] == "bf16" and (seed or small or wide)
+
+    return [r for r in rows if quick(r)]
+
+
+def label(r):
+    return (f"b{r['b']} s{r['sq']} h{r['h']} d{r['d']} {r['dtype']} "
+            f"{'causal' if r['causal'] else 'full'}")
+
+
+def make_inputs(r):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    dtype = DTYPES[r["dtype"]]
+    q = torch.randn((r["b"], r["sq"], r["h"], r["d"]), generator=gen, device="cuda", dtype=dtype)
+    k = torch.randn((r["b"], r["sk"], r["hk"], r["d"]), generator=gen, device="cuda", dtype=dtype)
+    v = torch.randn((r["b"], r["sk"], r["hk"], r["d"]), generator=gen, device="cuda", dtype=dtype)
+    return q, k, v
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+# ---------------------------------------------------------------------------------------------
+# One (row, impl)
+
+def check(r, impl, calls, outs):
+    """Runs each build once into a NaN-filled output; fails loudly on an error, an output that
+    was not (fully) written or is not finite, or old and new apart by rel L2 >= MAX_REL_L2.
+    Returns (bitwise equal, rel L2), or None when neither build has a kernel for the row."""
+    statuses = {}
+    for name, call in calls.items():
+        outs[name].fill_(float("nan"))
+        try:
+            call()
+            torch.cuda.synchronize()
+            statuses[name] = None
+        except CallError as error:
+            statuses[name] = error
+    failed = {name: e for name, e in statuses.items() if e is not None}
+    if len(failed) == 2 and all(e.status == fclib.ERROR_UNSUPPORTED for e in failed.values()):
+        return None
+    if failed:
+        raise RuntimeError(f"{label(r)} {impl}: " + "; ".join(str(e) for e in failed.values()))
+    for name, out in outs.items():
+        if not torch.isfinite(out).all():
+            raise RuntimeError(f"{label(r)} {impl}: the {name} library's output has NaN or inf")
+    old, new = outs["old"], outs["new"]
+    err = rel_l2(new, old)
+    if not err < MAX_REL_L2:
+        raise RuntimeError(f"{label(r)} {impl}: old and new outputs differ, rel L2 {err:.3g} "
+                           f"(limit {MAX_REL_L2})")
+    return torch.equal(old, new), err
+
+
+def time_pair(r, calls, args):
+    """TFLOP/s of each build: median over rounds, the order alternating between rounds."""
+    work = bench.dense_flops(r)
+    rates = {"old": [], "new": []}
+    for round_index in range(args.rounds):
+        order = ("old", "new") if round_index % 2 == 0 else ("new", "old")
+        for name in order:
+            ms = bench.median_ms(calls[name], args.warmup, args.iters)
+            rates[name].append(work / (ms * 1e-3) / 1e12)
+    return rates
+
+
+def run_row(r, libs, args, log):
+    q, k, v = make_inputs(r)
+    entries = []
+    for impl, family in IMPLS:
+        outs = {name: torch.empty_like(q) for name in libs}
+        fc_args = {name: lib.args(r, family, q, k, v, outs[name]) for name, lib in libs.items()}
+        calls = {name: lib.caller(fc_args[name]) for name, lib in libs.items()}
+        verdict = check(r, impl, calls, outs)
+        if verdict is None:
+            log(f"  {impl}: left out (neither build has a kernel for it)")
+            continue
+        bitwise, err = verdict
+        rates = time_pair(r, calls, args)
+        old, new = (statistics.median(rates[n]) for n in ("old", "new"))
+        log(f"  {impl}: old {old:.1f} new {new:.1f} new/old {new / old:.3f} "
+            f"({'bitwise equal' if bitwise else f'rel L2 {err:.2g}'}; rounds old "
+            + " ".join(f"{x:.0f}" for x in rates["old"]) + ", new "
+            + " ".join(f"{x:.0f}" for x in rates["new"]) + ")")
+        entry = {key: r[key] for key in ("b", "sq", "sk", "h", "hk", "d", "causal", "dtype")}
+        entry.update(impl=impl, old=round(old, 2), new=round(new, 2),
+                     bitwise_equal=bitwise, rel_l2=err)
+        entries.append(entry)
+        del outs, fc_args, calls
+    del q, k, v
+    torch.cuda.empty_cache()
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+def git_head():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def result_path(out, gpu):
+    if hasattr(bench, "gpu_slug"):
+        slug = bench.gpu_slug(gpu)
+    elif "H200" in gpu.upper():
+        slug = "h200"
+    else:
+        slug = re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_") or "gpu"
+    return pathlib.Path(out) / f"{slug}-ab.json"
+
+
+def report(rows):
+    """The table and the verdict lines; returns (text, every impl passed)."""
+    lines = [f"{'row':<32}{'impl':<11}{'old':>9}{'new':>9}{'new/old':>9}  bitwise"]
+    for e in rows:
+        lines.append(f"{label(e):<32}{e['impl']:<11}{e['old']:>9.1f}{e['new']:>9.1f}"
+                     f"{e['new'] / e['old']:>9.3f}  {'yes' if e['bitwise_equal'] else 'no'}")
+    passed = True
+    lines.append("")
+    for impl, _ in IMPLS:
+        ratios = [e["new"] / e["old"] for e in rows if e["impl"] == impl]
+        if not ratios:
+            lines.append(f"{impl}: no rows")
+            continue
+        med, low = statistics.median(ratios), min(ratios)
+        ok = med >= MEDIAN_BAR and low >= MIN_BAR
+        passed &= ok
+        worst = min((e for e in rows if e["impl"] == impl), key=lambda e: e["new"] / e["old"])
+        equal = sum(e["bitwise_equal"] for e in rows if e["impl"] == impl)
+        lines.append(f"{impl}: new/old median {med:.3f}, min {low:.3f} ({label(worst)}); "
+                     f"{equal}/{len(ratios)} rows bitwise equal")
+        lines.append(f"{'PASS' if ok else 'FAIL'} {impl}: median >= {MEDIAN_BAR} and "
+                     f"min >= {MIN_BAR}")
+    return "\n".join(lines), passed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", required=True, help="the baseline libflashcute.so")
+    parser.add_argument("--new", required=True, help="the candidate libflashcute.so")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--old-commit", default=os.environ.get("FLASHCUTE_OLD_COMMIT", "unknown"))
+    parser.add_argument("--commit", default=os.environ.get("FLASHCUTE_COMMIT") or None)
+    parser.add_argument("--rows", choices=("quick", "plain"), default="plain")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=30)
+    args = parser.parse_args()
+    if args.warmup < 5 or args.iters < 20:
+        parser.error("at least 5 warm-up calls and 20 timed calls")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if not torch.cuda.is_available():
+        sys.exit("ab.py needs a CUDA device")
+    commit = args.commit or git_head()
+
+    temporary = []
+    old, new = open_libraries(args.old, args.new, temporary)
+    libs = {"old": old, "new": new}
+    gpu = torch.cuda.get_device_name()
+    rows = select_rows(args.rows)
+    print(f"{gpu}, torch {torch.__version__}; old {old.path} ({args.old_commit}), "
+          f"new {new.path} ({commit}); {len(rows)} rows x {len(IMPLS)} impls, "
+          f"{args.rounds} rounds", flush=True)
+
+    results = []
+    try:
+        with torch.inference_mode():
+            bench.warm_up_gpu()
+            for r in rows:
+                print(label(r), flush=True)
+                results += run_row(r, libs, args, lambda line: print(line, flush=True))
+    finally:
+        for folder in temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    document = {
+        "gpu": gpu,
+        "date": datetime.date.today().isoformat(),
+        "old_commit": args.old_commit,
+        "commit": commit,
+        "rows": results,
+    }
+    path = result_path(args.out, gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {path}\n")
+    text, passed = report(results)
+    print(text)
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
