@@ -16,6 +16,15 @@ std::string describe(const fc_tile_config& t) {
 
 const char* family_name(fc_kernel_family f) { return f == FC_FAMILY_SM90 ? "sm90" : "sm80"; }
 
+// Whether a does more work per CTA than b (m_block * n_block), then has more threads, then more
+// rows: a strict order on distinct tiles, so the choice never depends on the table's order.
+bool larger_tile(const fc_tile_config& a, const fc_tile_config& b) {
+  const int area_a = a.m_block * a.n_block, area_b = b.m_block * b.n_block;
+  if (area_a != area_b) return area_a > area_b;
+  if (a.num_threads != b.num_threads) return a.num_threads > b.num_threads;
+  return a.m_block > b.m_block;
+}
+
 }  // namespace
 
 std::vector<const KernelEntry*> entries_for(fc_kernel_family family, fc_dtype dtype, int head_dim) {
@@ -47,6 +56,17 @@ bool default_tile_for(fc_kernel_family family, fc_dtype dtype, int head_dim, fc_
   return true;
 }
 
+const KernelEntry* choose_automatic_entry(const std::vector<const KernelEntry*>& entries,
+                                          const DeviceLimits& device) {
+  const KernelEntry* best = nullptr;
+  for (const KernelEntry* e : entries) {
+    if (e->smem_bytes > device.max_smem_per_block) continue;
+    if (e->automatic) return e;
+    if (best == nullptr || larger_tile(e->tile, best->tile)) best = e;
+  }
+  return best;
+}
+
 Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
                      const DeviceLimits& device, const KernelEntry*& selected) {
   selected = nullptr;
@@ -71,6 +91,11 @@ Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
   }
 
   std::string why;
+  const auto too_large = [&](const fc_tile_config& tile, size_t smem, const std::string& extra) {
+    why += std::string(why.empty() ? "" : "; ") + "tile: " + describe(tile) + " needs " +
+           std::to_string(smem) + " bytes of shared memory" + extra + "; the device allows " +
+           std::to_string(device.max_smem_per_block);
+  };
   for (fc_kernel_family family : families) {
     const auto entries = entries_for(family, dtype, params.head_dim);
     if (entries.empty()) {
@@ -78,19 +103,32 @@ Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
              ": no kernel compiled for this dtype and head_dim";
       continue;
     }
-    fc_tile_config wanted = args.tile;
-    if (auto_tile) default_tile_for(family, dtype, params.head_dim, wanted);
     const KernelEntry* match = nullptr;
-    for (const KernelEntry* e : entries) {
-      if (same_tile(e->tile, wanted)) match = e;
-    }
-    if (match == nullptr) {
-      std::string list;
-      for (const KernelEntry* e : entries) list += (list.empty() ? "" : ", ") + describe(e->tile);
-      why += std::string(why.empty() ? "" : "; ") + "tile: " + describe(wanted) +
-             " is not compiled for the " + family_name(family) + " family at head_dim " +
-             std::to_string(entries.front()->head_dim) + "; compiled: " + list;
-      continue;
+    if (auto_tile) {
+      match = choose_automatic_entry(entries, device);
+      if (match == nullptr) {
+        // Name the tile the automatic choice would have taken.
+        const KernelEntry* automatic = entries.front();
+        for (const KernelEntry* e : entries) {
+          if (e->automatic) automatic = e;
+        }
+        too_large(automatic->tile, automatic->smem_bytes,
+                  " and no other tile compiled for the " + std::string(family_name(family)) +
+                      " family at head_dim " + std::to_string(automatic->head_dim) + " fits");
+        continue;
+      }
+    } else {
+      for (const KernelEntry* e : entries) {
+        if (same_tile(e->tile, args.tile)) match = e;
+      }
+      if (match == nullptr) {
+        std::string list;
+        for (const KernelEntry* e : entries) list += (list.empty() ? "" : ", ") + describe(e->tile);
+        why += std::string(why.empty() ? "" : "; ") + "tile: " + describe(args.tile) +
+               " is not compiled for the " + family_name(family) + " family at head_dim " +
+               std::to_string(entries.front()->head_dim) + "; compiled: " + list;
+        continue;
+      }
     }
     if (match->supports != nullptr && !match->supports(params)) {
       why += std::string(why.empty() ? "" : "; ") + family_name(family) +
@@ -98,9 +136,7 @@ Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
       continue;
     }
     if (match->smem_bytes > device.max_smem_per_block) {
-      why += std::string(why.empty() ? "" : "; ") + "tile: " + describe(match->tile) + " needs " +
-             std::to_string(match->smem_bytes) + " bytes of shared memory; the device allows " +
-             std::to_string(device.max_smem_per_block);
+      too_large(match->tile, match->smem_bytes, "");
       continue;
     }
     selected = match;

@@ -1,6 +1,7 @@
 // Picks the kernel for a validated problem: the family (Hopper first on sm_90 when it supports
-// the problem, else SM80), the head_dim bucket, and the tile (the automatic choice or the
-// user's, which must be compiled in and fit the device's shared memory).
+// the problem, else SM80), the head_dim bucket, and the tile: the user's, which must be compiled
+// in and fit the device's shared memory, or the automatic choice, which falls back to a smaller
+// compiled tile on devices with less shared memory (sm_86, sm_89: 99 KB).
 #pragma once
 
 #include <vector>
@@ -14,6 +15,13 @@ struct DeviceLimits {
   int compute_capability;     // major * 10 + minor
   size_t max_smem_per_block;  // the opt-in limit
 };
+
+// The entry an automatic tile choice runs among the compiled entries of one (family, dtype,
+// head_dim bucket): the automatic entry when its shared memory fits the device, else the fitting
+// entry with the most work per CTA (m_block * n_block), then the most threads, then the most
+// rows; null when none fits.
+const KernelEntry* choose_automatic_entry(const std::vector<const KernelEntry*>& entries,
+                                          const DeviceLimits& device);
 
 Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
                      const DeviceLimits& device, const KernelEntry*& selected);
