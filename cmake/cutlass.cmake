@@ -12,8 +12,11 @@ else()
   if(NOT EXISTS "${_cutlass_include}/cute/tensor.hpp")
     find_package(Python3 REQUIRED COMPONENTS Interpreter)
     message(STATUS "Fetching nvidia-cutlass==${FLASHCUTE_CUTLASS_WHEEL_VERSION} headers from PyPI")
+    # pip's isolated build environment (pip install ./python) points PYTHONPATH at itself, which
+    # hides the interpreter's own pip: the download runs without it.
     execute_process(
-      COMMAND ${Python3_EXECUTABLE} -m pip download --quiet --no-deps --only-binary=:all:
+      COMMAND ${CMAKE_COMMAND} -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE
+              ${Python3_EXECUTABLE} -m pip download --quiet --no-deps --only-binary=:all:
               "nvidia-cutlass==${FLASHCUTE_CUTLASS_WHEEL_VERSION}" -d "${_cutlass_root}/wheel"
       RESULT_VARIABLE _pip_rc)
     if(NOT _pip_rc EQUAL 0)

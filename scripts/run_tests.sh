@@ -4,10 +4,12 @@
 #   2. lint: ruff over the Python code, in a virtual environment with the pinned tools
 #      (scripts/ci-requirements.txt);
 #   3. build: configure (the CUTLASS headers are fetched by the build) and compile every kernel
-#      source for sm_80 and sm_90a (minimal instantiation set);
+#      source for sm_80 and sm_90a (minimal instantiation set), libstdc++ linked in as in the
+#      wheels users get;
 #   4. the CPU GoogleTest cases (ctest -L cpu);
 #   5. the SASS of the Hopper kernels in the library (scripts/check_sm90_sass.py);
-#   6. the Python wheel built from that library, and its CPU tests.
+#   6. that library packed into a manylinux wheel (scripts/build_wheel.sh, no second compile),
+#      installed into a fresh virtual environment, and the Python CPU tests run against it.
 # On a machine with a GPU the GPU suite runs too (scripts/run_gpu_suite.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,7 @@ BUILD_DIR=${BUILD_DIR:-build-ci}
 JOBS=${JOBS:-$(nproc)}
 VENV="$BUILD_DIR/venv"
 LIB="$BUILD_DIR/lib/libflashcute.so"
+ARCHS="${FLASHCUTE_CUDA_ARCHS:-80;90a}"
 
 echo "== format"
 if ! command -v clang-format >/dev/null 2>&1; then
@@ -32,8 +35,9 @@ python3 -m venv "$VENV"
 
 echo "== build"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
-  -DFLASHCUTE_CUDA_ARCHS="${FLASHCUTE_CUDA_ARCHS:-80;90a}" \
-  -DFLASHCUTE_TILE_SET="${FLASHCUTE_TILE_SET:-minimal}"
+  -DFLASHCUTE_CUDA_ARCHS="$ARCHS" \
+  -DFLASHCUTE_TILE_SET="${FLASHCUTE_TILE_SET:-minimal}" \
+  -DFLASHCUTE_STATIC_LIBSTDCXX=ON
 cmake --build "$BUILD_DIR" -j "$JOBS"
 
 echo "== CPU tests"
@@ -53,9 +57,21 @@ else
   echo "The library has no sm_90a code (see FLASHCUTE_CUDA_ARCHS): SASS check skipped."
 fi
 
-echo "== Python CPU tests"
-FLASHCUTE_PREBUILT_LIB="$PWD/$LIB" "$VENV/bin/python" -m pip install --quiet "./python[test]"
-"$VENV/bin/python" -m pytest -q python/tests
+echo "== Python wheel"
+rm -rf "$BUILD_DIR/dist"
+WHEEL_DIR="$BUILD_DIR/dist" CUOBJDUMP="$CUOBJDUMP" bash scripts/build_wheel.sh "$BUILD_DIR"
+wheel=$(ls "$BUILD_DIR"/dist/flashcute-*-py3-none-manylinux_*.whl)
+
+echo "== Python CPU tests (the wheel in a fresh virtual environment)"
+WHEEL_VENV="$BUILD_DIR/venv-wheel"
+rm -rf "$WHEEL_VENV"
+python3 -m venv "$WHEEL_VENV"
+"$WHEEL_VENV/bin/python" -m pip install --quiet --upgrade pip
+"$WHEEL_VENV/bin/python" -m pip install --quiet "${wheel}[test]"
+# From outside the repository, so that python/ cannot stand in for the installed package.
+(cd "$WHEEL_VENV" && bin/python -c 'import flashcute; print(flashcute.build_info())')
+FLASHCUTE_REQUIRE_LIB=1 FLASHCUTE_EXPECT_ARCHS="$ARCHS" FLASHCUTE_CUOBJDUMP="$CUOBJDUMP" \
+  "$WHEEL_VENV/bin/python" -m pytest -q python/tests
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   bash scripts/run_gpu_suite.sh "$BUILD_DIR"

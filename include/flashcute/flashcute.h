@@ -99,6 +99,13 @@ int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim
 fc_status fc_default_tile_config(int32_t family, int32_t dtype, int32_t head_dim,
                                  fc_tile_config* out);
 
+/* What this library was built from and for, as one JSON object in a string that lives as long as
+ * the library: {"version": "0.1.0", "cuda_version": "13.0.88", "cuda_archs": ["80", "90a"],
+ * "tile_set": "minimal", "git_commit": "6e4b612"}. cuda_archs are the machine-code targets
+ * (FLASHCUTE_CUDA_ARCHS; "80" also embeds compute_80 PTX), tile_set is "full" or "minimal", and
+ * git_commit is "unknown" for a build from outside a git checkout. */
+const char* fc_build_info(void);
+
 #ifdef __cplusplus
 }
 #endif
