@@ -371,3 +371,111 @@ def _cumsum(values):
     for x in values:
         total += x
         yield total
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed QKV and KV (flashcute.packed): strided views of one buffer. The same kernel runs on the
+# same values as the unpacked call on contiguous copies, so the outputs must be bitwise equal.
+
+PACKED_CASES = [
+    # (dtype, heads, heads_k, head_dim, causal, window, softcap); qkv-packed calls use heads only
+    (torch.bfloat16, 4, 4, 64, False, (-1, -1), 0.0),
+    (torch.float16, 8, 2, 128, True, (-1, -1), 0.0),
+    (torch.bfloat16, 6, 1, 96, True, (40, 0), 0.0),
+    (torch.float16, 4, 2, 256, False, (31, 17), 20.0),
+]
+
+
+def _packed_case_id(case):
+    dtype, h, hk, d, causal, window, softcap = case
+    return (f"{DTYPE_NAMES[dtype]}-h{h}x{hk}-d{d}{'-causal' if causal else ''}"
+            f"{'-window' if window != (-1, -1) else ''}{'-softcap' if softcap else ''}")
+
+
+def _assert_packed_matches(got, unpacked, q, k, v, opts, what, lengths=None):
+    """got/unpacked: (out, lse) of the packed and the unpacked call; then the fp64 reference."""
+    assert torch.equal(got[0], unpacked[0]), f"{what}: out differs from the unpacked call"
+    assert torch.equal(got[1], unpacked[1]), f"{what}: lse differs from the unpacked call"
+    dtype, d = q.dtype, q.shape[-1]
+    if lengths is None:
+        ref_out, ref_lse = attention(q, k, v, scale=default_scale(d), causal=opts["causal"],
+                                     window=opts["window_size"], softcap=opts["softcap"])
+        assert_close(got[0], ref_out, v, dtype, softcap=opts["softcap"], what=what)
+        assert_lse_close(got[1], ref_lse, softcap=opts["softcap"], what=what)
+        return
+    (cu_q, cu_k) = lengths
+    for i in range(len(cu_q) - 1):
+        qs, qe, ks, ke = cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]
+        ref_out, ref_lse = attention(q[None, qs:qe], k[None, ks:ke], v[None, ks:ke],
+                                     scale=default_scale(d), causal=opts["causal"],
+                                     window=opts["window_size"], softcap=opts["softcap"])
+        assert_close(got[0][None, qs:qe], ref_out, v[ks:ke], dtype, softcap=opts["softcap"],
+                     what=f"{what} sequence {i}")
+        assert_lse_close(got[1][None, :, qs:qe], ref_lse, softcap=opts["softcap"],
+                         what=f"{what} sequence {i}")
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=_packed_case_id)
+def test_qkvpacked_matches_unpacked_and_reference(case):
+    dtype, h, _, d, causal, window, softcap = case
+    opts = dict(causal=causal, window_size=window, softcap=softcap)
+    qkv = randn((2, 300, 3, h, d), generator("qkvpacked", case), dtype)
+    poison(((2, 300, h, d), dtype), ((2, h, 300), torch.float32))
+    out, lse, _ = flashcute.flash_attn_qkvpacked_func(qkv, return_attn_probs=True, **opts)
+    q, k, v = (qkv[:, :, i].contiguous() for i in range(3))
+    unpacked = flashcute.flash_attn_func(q, k, v, return_attn_probs=True, **opts)[:2]
+    _assert_packed_matches((out, lse), unpacked, q, k, v, opts, f"qkvpacked seed={SEED}")
+    assert torch.equal(flashcute.flash_attn_qkvpacked_func(qkv, **opts), out)
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=_packed_case_id)
+def test_kvpacked_matches_unpacked_and_reference(case):
+    dtype, h, hk, d, causal, window, softcap = case
+    opts = dict(causal=causal, window_size=window, softcap=softcap)
+    g = generator("kvpacked", case)
+    q = randn((2, 129, h, d), g, dtype)  # seqlen_q < seqlen_k: bottom-right alignment matters
+    kv = randn((2, 300, 2, hk, d), g, dtype)
+    poison((q.shape, dtype), ((2, h, 129), torch.float32))
+    out, lse, _ = flashcute.flash_attn_kvpacked_func(q, kv, return_attn_probs=True, **opts)
+    k, v = kv[:, :, 0].contiguous(), kv[:, :, 1].contiguous()
+    unpacked = flashcute.flash_attn_func(q, k, v, return_attn_probs=True, **opts)[:2]
+    _assert_packed_matches((out, lse), unpacked, q, k, v, opts, f"kvpacked seed={SEED}")
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=_packed_case_id)
+def test_varlen_qkvpacked_matches_unpacked_and_reference(case):
+    dtype, h, _, d, causal, window, softcap = case
+    opts = dict(causal=causal, window_size=window, softcap=softcap)
+    lens = [1, 129, 0, 300, 64]
+    offsets = [0] + list(_cumsum(lens))
+    cu = torch.tensor(offsets, dtype=torch.int32, device=DEVICE)
+    qkv = randn((sum(lens), 3, h, d), generator("varlen_qkvpacked", case), dtype)
+    poison(((sum(lens), h, d), dtype), ((h, sum(lens)), torch.float32))
+    out, lse, _ = flashcute.flash_attn_varlen_qkvpacked_func(qkv, cu, max(lens),
+                                                             return_attn_probs=True, **opts)
+    q, k, v = (qkv[:, i].contiguous() for i in range(3))
+    unpacked = flashcute.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens),
+                                                return_attn_probs=True, **opts)[:2]
+    _assert_packed_matches((out, lse), unpacked, q, k, v, opts, f"varlen qkvpacked seed={SEED}",
+                           lengths=(offsets, offsets))
+
+
+@pytest.mark.parametrize("case", PACKED_CASES, ids=_packed_case_id)
+def test_varlen_kvpacked_matches_unpacked_and_reference(case):
+    dtype, h, hk, d, causal, window, softcap = case
+    opts = dict(causal=causal, window_size=window, softcap=softcap)
+    lens_q, lens_k = [1, 129, 0, 127, 300], [1, 127, 50, 0, 300]
+    offsets_q, offsets_k = [0] + list(_cumsum(lens_q)), [0] + list(_cumsum(lens_k))
+    cu_q = torch.tensor(offsets_q, dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor(offsets_k, dtype=torch.int32, device=DEVICE)
+    g = generator("varlen_kvpacked", case)
+    q = randn((sum(lens_q), h, d), g, dtype)
+    kv = randn((sum(lens_k), 2, hk, d), g, dtype)
+    poison((q.shape, dtype), ((h, sum(lens_q)), torch.float32))
+    out, lse, _ = flashcute.flash_attn_varlen_kvpacked_func(
+        q, kv, cu_q, cu_k, max(lens_q), max(lens_k), return_attn_probs=True, **opts)
+    k, v = kv[:, 0].contiguous(), kv[:, 1].contiguous()
+    unpacked = flashcute.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                                return_attn_probs=True, **opts)[:2]
+    _assert_packed_matches((out, lse), unpacked, q, k, v, opts, f"varlen kvpacked seed={SEED}",
+                           lengths=(offsets_q, offsets_k))
