@@ -8,6 +8,8 @@
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
+#   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host row)
+#   venv    the wheel in a fresh virtual environment, one forward checked against SDPA
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
@@ -77,6 +79,34 @@ step_ab() {
     tee "$OUT/ab.log" | tail -n 40
   local rc=${PIPESTATUS[0]}
   summary+=("ab: exit $rc")
+}
+
+step_host() {
+  # Host cost of a tiny call against SDPA; the host row replaces the one in the committed results.
+  install_wheel || return
+  timeout "${STEP_TIMEOUT_host:-180}" python3 bench/host_cost.py --profile \
+    --merge bench/results/h200.json --out "$OUT" 2>&1 | tee "$OUT/host.log" |
+    grep -E "calls/ms|costs|us per call|wrote"
+  summary+=("host: $(grep -E '^ours costs' "$OUT/host.log")")
+}
+
+step_venv() {
+  # The wheel installed into a fresh virtual environment (the system's torch visible, nothing
+  # else), then one forward against SDPA.
+  local venv=/tmp/flashcute-venv
+  rm -rf "$venv" && python3 -m venv --system-site-packages "$venv" &&
+    "$venv/bin/python" -m pip install -q --no-index --no-deps .whl/flashcute-*.whl &&
+    (cd /tmp && "$venv/bin/python" -c '
+import flashcute, torch, torch.nn.functional as F
+print(flashcute.__file__, flashcute.build_info())
+q, k, v = (torch.randn(2, 256, 8, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+out = flashcute.flash_attn_func(q, k, v, causal=True)
+ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True)
+err = ((out.float() - ref.transpose(1, 2).float()).norm() / ref.float().norm()).item()
+print(f"fresh venv forward: rel L2 against SDPA {err:.2e}")
+assert err < 2e-2
+') 2>&1 | tee "$OUT/venv.log" | tail -n 3
+  summary+=("venv: $(tail -n 1 "$OUT/venv.log")")
 }
 
 step_sweep() {

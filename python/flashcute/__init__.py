@@ -12,6 +12,7 @@ is passed.
 import sys
 
 from . import _checks
+from ._build_info import build_info
 from ._library import (
     CudaError,
     FlashCuteError,
@@ -27,10 +28,15 @@ __version__ = "0.1.0"
 __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "forward",
     "compiled_tile_configs",
     "default_tile_config",
     "library_path",
+    "build_info",
     "FlashCuteError",
     "InvalidArgumentError",
     "UnsupportedError",
@@ -58,6 +64,16 @@ def forward(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
     """
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+    if (cu_seqlens_q is None and alibi_slopes is None and family == "auto" and tile is None
+            and causal_alignment == "bottom_right"):
+        # The eager fast path (None where it does not apply; see _torch.py).
+        if _is_torch_tensor(q):
+            from ._torch import fast_forward
+        else:
+            from ._dlpack import fast_forward
+        result = fast_forward(q, k, v, softmax_scale, causal, window_size, softcap, return_lse)
+        if result is not None:
+            return result if return_lse else result[0]
 
     def options_fn(problem):
         return _checks.check_options(problem, softmax_scale, causal, causal_alignment,
@@ -118,3 +134,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if return_attn_probs:
         return out[0], out[1], None
     return out
+
+
+# The packed entry points are views over the two functions above, so they are imported after them.
+from .packed import (  # noqa: E402
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)

@@ -277,3 +277,44 @@ def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seq
     args.family = options.family
     args.stream = stream or None
     return args
+
+
+# The eager fast paths' screens. Each answers only the common case with certainty and returns None
+# for anything else, which then goes through the checks above (and their messages).
+
+def fast_dense_dims(shape_q, shape_k, shape_v):
+    """(seqlen_k, heads_k) when q, k, v are dense 4-D and consistent, else None."""
+    if len(shape_q) != 4 or len(shape_k) != 4 or tuple(shape_v) != tuple(shape_k):
+        return None
+    batch, seqlen_q, heads, head_dim = shape_q
+    seqlen_k, heads_k = shape_k[1], shape_k[2]
+    if (shape_k[0] != batch or shape_k[3] != head_dim or batch < 1 or seqlen_q < 1 or heads < 1
+            or heads_k < 1 or heads % heads_k or head_dim % ALIGN_ELEMENTS
+            or head_dim > MAX_HEAD_DIM):
+        return None
+    return seqlen_k, heads_k
+
+
+def fast_layout_ok(strides, ptr):
+    """Last dim contiguous, other strides multiples of 8 elements, a 16-byte aligned start."""
+    return strides[3] == 1 and not (strides[0] | strides[1] | strides[2]) & 7 and not ptr & 15
+
+
+def fast_options(head_dim, softmax_scale, causal, window_size, softcap):
+    """(scale, causal, left, right, softcap) for plainly typed valid options, else None."""
+    if softmax_scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    elif type(softmax_scale) is float and math.isfinite(softmax_scale):
+        scale = softmax_scale
+    else:
+        return None
+    if type(causal) is not bool or type(window_size) is not tuple or len(window_size) != 2:
+        return None
+    left, right = window_size
+    if type(left) is not int or type(right) is not int or left < -1 or right < -1:
+        return None
+    if softcap == 0:
+        softcap = 0.0
+    elif type(softcap) is not float or not (softcap > 0.0 and math.isfinite(softcap)):
+        return None
+    return scale, causal, left, right, softcap

@@ -1,14 +1,15 @@
 """The DLPack front end: CuPy, JAX and any other producer of __dlpack__ / __dlpack_device__.
 
-Inputs are read by parsing the DLPack capsule (DLManagedTensor) with ctypes, so no framework is
-imported to read them. Outputs are allocated in the caller's framework where it can allocate
-(CuPy); JAX arrays are immutable, so for JAX (and unknown producers) the output is allocated with
-torch when it is installed (it has bfloat16), else with CuPy, and JAX inputs get it back as a JAX
-array through jax.dlpack.from_dlpack.
+Inputs are read by parsing the DLPack capsule (a DLManagedTensor, which starts with a DLTensor),
+so no framework is imported to read them. Outputs are allocated in the caller's framework where it
+can allocate (CuPy); JAX arrays are immutable, so for JAX (and unknown producers) the output is
+allocated with torch when it is installed (it has bfloat16), else with CuPy, and JAX inputs get it
+back as a JAX array through jax.dlpack.from_dlpack.
 """
 
 import ctypes
 import math
+import struct
 
 from . import _checks, _library
 
@@ -51,6 +52,20 @@ class DLManagedTensor(ctypes.Structure):
     ]
 
 
+# DLTensor's fields as stored (64-bit): data, device (type, id), ndim, dtype (code, bits, lanes),
+# shape, strides, byte_offset. DLTensor above names the same layout.
+_DL_TENSOR = struct.Struct("=QiiiBBHQQQ")
+assert _DL_TENSOR.size == ctypes.sizeof(DLTensor)
+_INT64_ARRAYS = {}
+
+
+def _int64_array(n):
+    array = _INT64_ARRAYS.get(n)
+    if array is None:
+        array = _INT64_ARRAYS[n] = struct.Struct(f"={n}q")
+    return array
+
+
 _CAPSULE_NAME = b"dltensor"
 _capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -72,15 +87,18 @@ def read_capsule(capsule, name):
     """
     if not _capsule_is_valid(capsule, _CAPSULE_NAME):
         raise TypeError(f"{name}: __dlpack__() did not return an unused 'dltensor' capsule")
-    managed = DLManagedTensor.from_address(_capsule_pointer(capsule, _CAPSULE_NAME))
-    t = managed.dl_tensor
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    if t.strides:
-        strides = tuple(t.strides[i] for i in range(t.ndim))
+    # One read of the DLTensor header (DLManagedTensor starts with it) and one of each array:
+    # ctypes field by field costs several times as much, which a tiny call would feel.
+    (data, device_type, device_id, ndim, code, bits, lanes, shape_ptr, strides_ptr,
+     byte_offset) = _DL_TENSOR.unpack(
+        ctypes.string_at(_capsule_pointer(capsule, _CAPSULE_NAME), _DL_TENSOR.size))
+    array = _int64_array(ndim)
+    shape = array.unpack(ctypes.string_at(shape_ptr, array.size)) if ndim else ()
+    if strides_ptr:
+        strides = array.unpack(ctypes.string_at(strides_ptr, array.size)) if ndim else ()
     else:
         # NULL strides mean a compact row-major layout.
-        strides = tuple(math.prod(shape[i + 1:]) for i in range(t.ndim))
-    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+        strides = tuple(math.prod(shape[i + 1:]) for i in range(ndim))
     dtype = _DTYPES.get((code, bits)) if lanes == 1 else None
     if dtype is None:
         dtype = f"{_CODE_NAMES.get(code, f'code{code}')}{bits}"
@@ -90,8 +108,8 @@ def read_capsule(capsule, name):
         shape=shape,
         strides=strides,
         dtype=dtype,
-        device=(device_name(t.device.device_type), t.device.device_id),
-        ptr=(t.data or 0) + t.byte_offset,
+        device=(device_name(device_type), device_id),
+        ptr=(data or 0) + byte_offset,
         itemsize=max(bits // 8, 1) * lanes,
     )
 
@@ -152,6 +170,18 @@ class _TorchAllocator:
         return tensor.data_ptr()
 
 
+_allocators = {}
+
+
+def _cached_allocator(framework, device_index):
+    """The allocator of (framework, device), made once; ImportError as _allocator_for."""
+    key = (framework, device_index)
+    allocator = _allocators.get(key)
+    if allocator is None:
+        allocator = _allocators[key] = _allocator_for(framework, device_index)
+    return allocator
+
+
 def _allocator_for(framework, device_index):
     """CuPy for CuPy inputs; otherwise torch when installed (bfloat16), else CuPy."""
     order = (_CupyAllocator,) if framework == "cupy" else (_TorchAllocator, _CupyAllocator)
@@ -192,7 +222,7 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
                 f"{name} is on cuda:{index} but q is on cuda:{q_index}; they must match")
 
     framework = _framework(q)
-    allocator = _allocator_for(framework, q_index)
+    allocator = _cached_allocator(framework, q_index)
     stream = allocator.stream()
     # DLPack reserves 0 for CUDA; 1 names the legacy default stream, which is what 0 means here.
     producer_stream = stream if stream else 1
@@ -231,3 +261,57 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
         out = jax.dlpack.from_dlpack(out)
         lse = jax.dlpack.from_dlpack(lse) if lse is not None else None
     return out, lse
+
+
+_FAST_DTYPES = {"fp16": _library.FLOAT16, "bf16": _library.BFLOAT16}
+
+
+def fast_forward(q, k, v, softmax_scale, causal, window_size, softcap, return_lse):
+    """(out, lse or None) for a dense call of CUDA arrays with default family and tile, or None.
+
+    The same exports, stream hand-over and allocation as forward(), without its descriptor
+    checks: anything uncommon returns None before a launch, and a call the library refuses also
+    returns None, so that forward() reports it with the usual message.
+    """
+    try:
+        device_q, device_k, device_v = (
+            x.__dlpack_device__() for x in (q, k, v))
+    except AttributeError:
+        return None
+    if device_q[0] != KDL_CUDA or device_k != device_q or device_v != device_q:
+        return None
+    framework = _framework(q)
+    if framework in ("jax", "jaxlib"):
+        return None  # outputs go back through jax.dlpack: the checked path does that
+    try:
+        allocator = _cached_allocator(framework, int(device_q[1]))
+    except ImportError:
+        return None
+    stream = allocator.stream()
+    producer_stream = stream if stream else 1
+    capsules = [x.__dlpack__(stream=producer_stream) for x in (q, k, v)]
+    descs = [read_capsule(c, name) for c, name in zip(capsules, ("q", "k", "v"))]
+    dq, dk, dv = descs
+    code = _FAST_DTYPES.get(dq.dtype)
+    if code is None or dk.dtype != dq.dtype or dv.dtype != dq.dtype:
+        return None
+    dims = _checks.fast_dense_dims(dq.shape, dk.shape, dv.shape)
+    if dims is None or not all(_checks.fast_layout_ok(d.strides, d.ptr) for d in descs):
+        return None
+    options = _checks.fast_options(dq.shape[3], softmax_scale, causal, window_size, softcap)
+    if options is None:
+        return None
+    batch, seqlen_q, heads, head_dim = dq.shape
+    try:
+        out = allocator.empty(dq.shape, dq.dtype)
+        lse = allocator.empty((batch, heads, seqlen_q), "fp32") if return_lse else None
+    except TypeError:
+        return None  # no array type for the output: the checked path says so
+    lib, args, args_ref = _library.thread_args()
+    _library.pack_dense_args(
+        args, (dq.ptr, dq.strides), (dk.ptr, dk.strides), (dv.ptr, dv.strides),
+        (allocator.pointer(out), (seqlen_q * heads * head_dim, heads * head_dim, head_dim)),
+        code, dq.shape, *dims, allocator.pointer(lse) if return_lse else 0, *options, stream)
+    status = lib.fc_forward(args_ref)
+    del capsules  # the launch is queued: the callers' arrays keep the memory alive from here on
+    return (out, lse) if status == _library.OK else None

@@ -7,6 +7,7 @@ the CPU test suite exercises this module directly.
 import ctypes
 import os
 import pathlib
+import struct
 import threading
 
 ABI_VERSION = 1
@@ -162,6 +163,61 @@ def _raise_for(status):
         return
     message = load().fc_last_error().decode("utf-8", "replace")
     raise _ERRORS.get(status, FlashCuteError)(status, f"flashcute: {message} (fc_status {status})")
+
+
+_thread_local = threading.local()
+
+
+def thread_args():
+    """(library, this thread's reusable fc_forward_args, a byref to it), set up once per thread.
+
+    The eager fast paths rewrite the whole struct on each call (pack_dense_args).
+    """
+    state = getattr(_thread_local, "state", None)
+    if state is None:
+        args = new_args()
+        state = _thread_local.state = (load(), args, ctypes.byref(args))
+    return state
+
+
+def _flat_fields(struct_type, base=0):
+    """(name, ctypes type, byte offset) of every scalar field, nested structures flattened."""
+    for name, ctype in struct_type._fields_:
+        offset = base + getattr(struct_type, name).offset
+        if issubclass(ctype, ctypes.Structure):
+            yield from _flat_fields(ctype, offset)
+        else:
+            yield name, ctype, offset
+
+
+def _packer(struct_type):
+    """A struct.Struct that writes every scalar field of struct_type in declaration order."""
+    codes = {ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_float: "f", ctypes.c_void_p: "Q"}
+    fmt, position = "=", 0
+    for _, ctype, offset in _flat_fields(struct_type):
+        fmt += "x" * (offset - position) + codes[ctype]
+        position = offset + ctypes.sizeof(ctype)
+    fmt += "x" * (ctypes.sizeof(struct_type) - position)
+    return struct.Struct(fmt)
+
+
+_ARGS_PACKER = _packer(FcForwardArgs)
+
+
+def pack_dense_args(buffer, q, k, v, o, dtype_code, shape_q, seqlen_k, heads_k, lse_ptr,
+                    softmax_scale, causal, window_left, window_right, softcap, stream):
+    """Writes a whole dense fc_forward_args in one call: q, k, v, o are (pointer, strides) with
+    (batch, seq, head) strides in elements first; FlashAttention's bottom-right alignment, no
+    varlen, no ALiBi, automatic tile and family. Field by field through ctypes costs several
+    times as much, which a tiny call would feel."""
+    batch, seqlen_q, heads, head_dim = shape_q
+    _ARGS_PACKER.pack_into(
+        buffer, 0, ABI_VERSION,
+        q[0], q[1][0], q[1][1], q[1][2], k[0], k[1][0], k[1][1], k[1][2],
+        v[0], v[1][0], v[1][1], v[1][2], o[0], o[1][0], o[1][1], o[1][2],
+        dtype_code, batch, seqlen_q, seqlen_k, heads, heads_k, head_dim,
+        0, 0, 0, lse_ptr or 0, softmax_scale, int(causal), CAUSAL_BOTTOM_RIGHT, window_left,
+        window_right, softcap, 0, 0, 0, 0, 0, FAMILIES["auto"], stream)
 
 
 def new_args():

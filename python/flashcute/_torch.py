@@ -3,6 +3,12 @@
 Imported only when a torch tensor is passed, so `import flashcute` works without torch. The Python
 wrapper checks metadata (traceable by dynamo); the op's real implementation, which alone sees data
 pointers, checks alignment and calls the library on the current torch stream of q's device.
+
+An eager call with plain tensors takes a shorter road (fast_forward): the custom op's dispatch
+alone costs several times a tiny kernel's run time, and nothing needs the op when no compiler,
+tracer or autograd is watching. The library checks every argument before it launches anything;
+when it refuses a call, the call is rerun through the checked path, so every error keeps its
+message.
 """
 
 from typing import Optional, Tuple
@@ -130,3 +136,59 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
         options.window_left, options.window_right, options.softcap, return_lse, options.family,
         *options.tile)
     return out, (lse if return_lse else None)
+
+
+# The eager fast path. Everything it does not handle with certainty returns None, and the caller
+# takes the checked path above.
+_FAST_DTYPES = {torch.float16: _library.FLOAT16, torch.bfloat16: _library.BFLOAT16}
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+_dispatch_mode = torch._C._get_dispatch_mode
+_any_dispatch_mode = (torch._C._TorchDispatchModeKey.FAKE, torch._C._TorchDispatchModeKey.PROXY,
+                      torch._C._TorchDispatchModeKey.FUNCTIONAL)
+
+
+def fast_forward(q, k, v, softmax_scale, causal, window_size, softcap, return_lse):
+    """(out, lse or None) for an eager dense call with default family and tile, or None."""
+    tensor = torch.Tensor
+    if type(q) is not tensor or type(k) is not tensor or type(v) is not tensor:
+        return None
+    if _raw_stream is None or torch.compiler.is_compiling():
+        return None
+    if any(_dispatch_mode(key) is not None for key in _any_dispatch_mode):
+        return None
+    if torch._C._is_torch_function_mode_enabled():
+        return None
+    if _is_wrapped is not None and (_is_wrapped(q) or _is_wrapped(k) or _is_wrapped(v)):
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return None
+    dtype = q.dtype
+    code = _FAST_DTYPES.get(dtype)
+    if code is None or k.dtype is not dtype or v.dtype is not dtype or not q.is_cuda:
+        return None
+    shape_q = q.shape
+    dims = _checks.fast_dense_dims(shape_q, k.shape, v.shape)
+    if dims is None:
+        return None
+    for t in (q, k, v):
+        if not _checks.fast_layout_ok(t.stride(), t.data_ptr()):
+            return None
+    options = _checks.fast_options(shape_q[3], softmax_scale, causal, window_size, softcap)
+    if options is None:
+        return None
+    seqlen_k, heads_k = dims
+    batch, seqlen_q, heads, _ = shape_q
+
+    device = q.device
+    out = torch.empty(shape_q, dtype=dtype, device=device)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=device) \
+        if return_lse else None
+    lib, args, args_ref = _library.thread_args()
+    _library.pack_dense_args(
+        args, (q.data_ptr(), q.stride()), (k.data_ptr(), k.stride()), (v.data_ptr(), v.stride()),
+        (out.data_ptr(), out.stride()), code, shape_q, seqlen_k, heads_k,
+        lse.data_ptr() if return_lse else 0, *options, _raw_stream(q.get_device()))
+    if lib.fc_forward(args_ref) != _library.OK:
+        return None  # refused before any launch: the checked path reports why
+    return out, lse

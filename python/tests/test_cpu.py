@@ -6,7 +6,9 @@ touched: every check under test runs before the library (or any allocation) is r
 
 import ctypes
 import math
+import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -319,6 +321,120 @@ def test_signatures_match_flash_attention():
     assert params(flashcute.flash_attn_varlen_func) == (
         [(n, empty) for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                               "max_seqlen_k")] + common + [("block_table", None)])
+    assert params(flashcute.flash_attn_qkvpacked_func) == [("qkv", empty)] + common
+    assert params(flashcute.flash_attn_kvpacked_func) == [("q", empty), ("kv", empty)] + common
+    assert params(flashcute.flash_attn_varlen_qkvpacked_func) == (
+        [(n, empty) for n in ("qkv", "cu_seqlens", "max_seqlen")] + common)
+    assert params(flashcute.flash_attn_varlen_kvpacked_func) == (
+        [(n, empty) for n in ("q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                              "max_seqlen_k")] + common)
+
+
+# ---------------------------------------------------------------------------------------------
+# The packed entry points (flashcute.packed): the packed argument's shape is checked first, by
+# name; then slices of it (not copies) go to flash_attn_func / flash_attn_varlen_func.
+
+QKV = "qkv must have shape (batch, seqlen, 3, heads, head_dim)"
+KV = "kv must have shape (batch, seqlen_k, 2, heads_k, head_dim)"
+VARLEN_QKV = "qkv must have shape (total, 3, heads, head_dim)"
+VARLEN_KV = "kv must have shape (total_k, 2, heads_k, head_dim)"
+
+
+def _packed_call(name, packed):
+    """Calls packed entry point `name` with `packed` as its qkv or kv and valid other arguments."""
+    q, cu = np.zeros((2, 16, 4, 64), np.float16), np.array([0, 16, 32], np.int32)
+    f = getattr(flashcute, name)
+    if name == "flash_attn_qkvpacked_func":
+        return f(packed)
+    if name == "flash_attn_kvpacked_func":
+        return f(q, packed)
+    if name == "flash_attn_varlen_qkvpacked_func":
+        return f(packed, cu, 16)
+    return f(q.reshape(32, 4, 64), packed, cu, cu, 16, 16)
+
+
+@pytest.mark.parametrize("name, shape, words", [
+    ("flash_attn_qkvpacked_func", (2, 16, 2, 4, 64), f"{QKV}, got (2, 16, 2, 4, 64)"),
+    ("flash_attn_qkvpacked_func", (2, 16, 12, 64), f"{QKV}, got (2, 16, 12, 64)"),
+    ("flash_attn_qkvpacked_func", (2, 16, 3, 4, 64, 1), QKV),
+    ("flash_attn_kvpacked_func", (2, 16, 3, 4, 64), f"{KV}, got (2, 16, 3, 4, 64)"),
+    ("flash_attn_kvpacked_func", (2, 16, 2, 4), KV),
+    ("flash_attn_varlen_qkvpacked_func", (32, 2, 4, 64), f"{VARLEN_QKV}, got (32, 2, 4, 64)"),
+    ("flash_attn_varlen_qkvpacked_func", (2, 16, 3, 4, 64), VARLEN_QKV),
+    ("flash_attn_varlen_kvpacked_func", (32, 4, 64), f"{VARLEN_KV}, got (32, 4, 64)"),
+    ("flash_attn_varlen_kvpacked_func", (32, 3, 4, 64), VARLEN_KV),
+])
+def test_packed_shape_errors_name_the_argument(name, shape, words):
+    with pytest.raises(ValueError) as info:
+        _packed_call(name, np.zeros(shape, np.float16))
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+                                  "flash_attn_varlen_qkvpacked_func",
+                                  "flash_attn_varlen_kvpacked_func"])
+def test_packed_argument_must_be_an_array(name):
+    argument = "qkv" if "qkv" in name else "kv"
+    with pytest.raises(TypeError, match=f"{argument} must be a torch.Tensor or an array"):
+        _packed_call(name, [[1.0]])
+
+
+def test_packed_views_reach_the_unpacked_checks():
+    # Right shapes on the CPU: the slices go on, and the unpacked function's checks refuse them.
+    with pytest.raises(ValueError, match="q must be on a CUDA device, got cpu:0"):
+        flashcute.flash_attn_qkvpacked_func(np.zeros((2, 16, 3, 4, 64), np.float16))
+    q = FakeCudaArray((2, 16, 4, 64))
+    with pytest.raises(ValueError, match="k must be on a CUDA device, got cpu:0"):
+        flashcute.flash_attn_kvpacked_func(q, np.zeros((2, 16, 2, 4, 64), np.float16))
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        flashcute.flash_attn_qkvpacked_func(np.zeros((1, 8, 3, 2, 64), np.float16), 0.1)
+    with pytest.raises(ValueError, match="cu_seqlens is required"):
+        flashcute.flash_attn_varlen_qkvpacked_func(np.zeros((8, 3, 2, 64), np.float16), None, 8)
+
+
+def test_packed_functions_pass_slices_and_every_option(monkeypatch):
+    import inspect
+
+    from flashcute import packed
+
+    seen = {}
+
+    def recorder(unpacked):
+        signature = inspect.signature(unpacked)
+
+        def record(*args, **kwargs):
+            seen.update(signature.bind(*args, **kwargs).arguments)
+            return "out"
+        return record
+
+    monkeypatch.setattr(packed, "flash_attn_func", recorder(flashcute.flash_attn_func))
+    monkeypatch.setattr(packed, "flash_attn_varlen_func",
+                        recorder(flashcute.flash_attn_varlen_func))
+    options = dict(dropout_p=0.0, softmax_scale=0.5, causal=True, window_size=(3, 1), softcap=2.0,
+                   alibi_slopes="slopes", deterministic=True, return_attn_probs=True)
+    dense = np.arange(2 * 5 * 3 * 4 * 8, dtype=np.float16).reshape(2, 5, 3, 4, 8)
+    varlen = dense.reshape(10, 3, 4, 8)
+    cu_q, cu_k = np.array([0, 4, 10], np.int32), np.array([0, 6, 10], np.int32)
+    calls = [
+        (lambda: packed.flash_attn_qkvpacked_func(dense, **options),
+         [dense[:, :, i] for i in range(3)], {}),
+        (lambda: packed.flash_attn_kvpacked_func(dense[:, :, 0], dense[:, :, 1:], **options),
+         [dense[:, :, i] for i in range(3)], {}),
+        (lambda: packed.flash_attn_varlen_qkvpacked_func(varlen, cu_q, 6, **options),
+         [varlen[:, i] for i in range(3)],
+         dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_q, max_seqlen_q=6, max_seqlen_k=6)),
+        (lambda: packed.flash_attn_varlen_kvpacked_func(varlen[:, 0], varlen[:, 1:], cu_q, cu_k,
+                                                        4, 6, **options),
+         [varlen[:, i] for i in range(3)],
+         dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=4, max_seqlen_k=6)),
+    ]
+    for call, expected_qkv, varlen_args in calls:
+        seen.clear()
+        assert call() == "out"
+        for name, expected in zip("qkv", expected_qkv):
+            got = seen.pop(name)
+            assert np.array_equal(got, expected) and np.shares_memory(got, dense), name
+        assert seen == {**options, **varlen_args}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,6 +521,55 @@ def test_compiled_tile_configs_are_consistent(library):
 
 
 # ---------------------------------------------------------------------------------------------
+# build_info(): the library's own account of its build.
+
+def test_build_info_reports_the_build(library):
+    info = flashcute.build_info()
+    assert set(info) == {"version", "cuda_version", "cuda_archs", "tile_set", "git_commit",
+                         "library"}
+    assert info["version"] == flashcute.__version__
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)*", info["cuda_version"]), info
+    assert info["cuda_archs"], info
+    assert all(re.fullmatch(r"\d{2,3}[af]?", arch) for arch in info["cuda_archs"]), info
+    assert info["tile_set"] in ("minimal", "full")
+    assert re.fullmatch(r"[0-9a-f]{4,40}|unknown", info["git_commit"]), info
+    assert pathlib.Path(info["library"]).resolve() == _library.library_path().resolve()
+    # Each call returns a copy: changing one leaves the next alone.
+    info["cuda_archs"].append("0")
+    assert flashcute.build_info()["cuda_archs"] == info["cuda_archs"][:-1]
+
+
+def _cuobjdump():
+    """cuobjdump from FLASHCUTE_CUOBJDUMP, PATH or the CUDA toolkit; None where there is none."""
+    for candidate in (os.environ.get("FLASHCUTE_CUOBJDUMP"), shutil.which("cuobjdump"),
+                      "/usr/local/cuda/bin/cuobjdump"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def test_build_info_archs_are_the_library_s(library):
+    # FLASHCUTE_EXPECT_ARCHS (CI sets it): the targets the library was configured with.
+    archs = flashcute.build_info()["cuda_archs"]
+    expected = os.environ.get("FLASHCUTE_EXPECT_ARCHS")
+    if expected:
+        assert archs == [a for a in re.split(r"[;,]", expected) if a]
+    cuobjdump = _cuobjdump()
+    if cuobjdump is None:
+        if not expected:
+            pytest.skip("needs cuobjdump (FLASHCUTE_CUOBJDUMP) or FLASHCUTE_EXPECT_ARCHS")
+        return
+    # The machine code the library carries is one cubin per target (several per translation
+    # unit), and "80" brings compute_80 PTX along.
+    path = str(_library.library_path())
+    elf = subprocess.run([cuobjdump, "--list-elf", path], check=True, capture_output=True,
+                         text=True).stdout
+    ptx = subprocess.run([cuobjdump, "--list-ptx", path], capture_output=True, text=True).stdout
+    assert set(re.findall(r"\.sm_(\d+[af]?)\.cubin", elf)) == set(archs), elf
+    assert set(re.findall(r"\.sm_(\d+[af]?)\.ptx", ptx)) == ({"80"} & set(archs)), ptx
+
+
+# ---------------------------------------------------------------------------------------------
 # The mask rule (flashcute.mask), against a loop over every (query, key) pair.
 
 def brute_force_keep(seqlen_q, seqlen_k, causal, window_size, causal_alignment):
@@ -463,3 +628,33 @@ def test_pairwise_covers_every_pair(seed):
         seen = {(row[a], row[b]) for row in rows}
         assert seen == set(itertools.product(factors[a], factors[b])), (a, b)
     assert len(rows) <= math.prod(len(v) for v in factors.values())
+
+
+def test_pack_dense_args_matches_the_struct_fields():
+    """The one-call packing of the eager fast paths writes what field-by-field assignment would."""
+    from flashcute import _library as lib
+
+    packed = lib.FcForwardArgs()
+    lib.pack_dense_args(packed, (0x1000, (8192, 64, 8)), (0x2000, (4096, 32, 8)),
+                        (0x3000, (4096, 32, 16)), (0x4000, (8192, 64, 8)), lib.FLOAT16,
+                        (2, 3, 5, 8), 7, 1, 0x5000, 0.25, True, 4, -1, 30.0, 0x6000)
+    expected = lib.FcForwardArgs()
+    expected.abi_version = lib.ABI_VERSION
+    expected.causal_alignment = lib.CAUSAL_BOTTOM_RIGHT
+    expected.family = lib.FAMILIES["auto"]
+    for field, ptr, strides in ((expected.q, 0x1000, (8192, 64, 8)),
+                                (expected.k, 0x2000, (4096, 32, 8)),
+                                (expected.v, 0x3000, (4096, 32, 16)),
+                                (expected.o, 0x4000, (8192, 64, 8))):
+        field.data = ptr
+        field.batch_stride, field.seq_stride, field.head_stride = strides
+    expected.dtype = lib.FLOAT16
+    expected.batch, expected.seqlen_q, expected.heads, expected.head_dim = 2, 3, 5, 8
+    expected.seqlen_k, expected.heads_k = 7, 1
+    expected.softmax_lse = 0x5000
+    expected.softmax_scale = 0.25
+    expected.causal = 1
+    expected.window_left, expected.window_right = 4, -1
+    expected.softcap = 30.0
+    expected.stream = 0x6000
+    assert bytes(packed) == bytes(expected)

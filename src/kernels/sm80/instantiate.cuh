@@ -1,9 +1,14 @@
 // Registers the SM80-family kernels of one (dtype, head_dim bucket): every tile configuration a
-// user may choose in the full set, only the automatic choice in the minimal set. The build
+// user may choose in the full set; in the minimal set the automatic choice, plus small_smem_tile
+// where the automatic tile does not fit the smallest devices' shared memory. The build
 // generates one translation unit per (dtype, head_dim) that expands FLASHCUTE_SM80_INSTANTIATE
 // (cmake/instantiate.cmake).
 #pragma once
 
+#include <type_traits>
+#include <utility>
+
+#include "kernels/device_attributes.hpp"
 #include "kernels/kernel_registry.hpp"
 #include "kernels/sm80/default_tiles.hpp"
 #include "kernels/sm80/kernel.cuh"
@@ -16,9 +21,14 @@ cudaError_t launch_variant(const AttentionParams& params, cudaStream_t stream) {
   const auto kernel = forward_kernel<Traits, kPlain>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
-    // Per device: the caller has made the tensors' device current.
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    // The caller made the tensors' device current.
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) {
+      err = configure_once_per_device<std::pair<Traits, std::bool_constant<kPlain>>>(device, [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      });
+    }
     if (err != cudaSuccess) return err;
   }
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads,
@@ -44,9 +54,9 @@ template <class Element, int kHeadDim, int kBlockM, int kBlockN, int kNThreads>
 void add_tile_config(KernelTable& table) {
   if constexpr (tile_config_fits<kHeadDim, kBlockM, kBlockN, kNThreads>()) {
     using Traits = KernelTraits<Element, kHeadDim, kBlockM, kBlockN, kNThreads>;
-    constexpr DefaultTile automatic = default_tile(kHeadDim);
-    constexpr bool kIsAutomatic = automatic.m_block == kBlockM && automatic.n_block == kBlockN &&
-                                  automatic.num_threads == kNThreads;
+    constexpr DefaultTile kTile{kBlockM, kBlockN, kNThreads};
+    static_assert(Traits::kSmemBytes == tile_smem_bytes(kTile, kHeadDim));
+    constexpr bool kIsAutomatic = same_tile(kTile, default_tile(kHeadDim));
     KernelEntry entry{};
     entry.family = FC_FAMILY_SM80;
     entry.dtype = dtype_of<Element>();
@@ -74,6 +84,12 @@ void add_head_dim_kernels(KernelTable& table) {
 #else
   constexpr DefaultTile tile = default_tile(kHeadDim);
   add_tile_config<Element, kHeadDim, tile.m_block, tile.n_block, tile.num_threads>(table);
+  // The tile dispatch falls back to on devices whose shared memory cannot hold the automatic one.
+  constexpr DefaultTile small = small_smem_tile(kHeadDim);
+  if constexpr (!same_tile(small, tile)) {
+    static_assert(tile_config_fits<kHeadDim, small.m_block, small.n_block, small.num_threads>());
+    add_tile_config<Element, kHeadDim, small.m_block, small.n_block, small.num_threads>(table);
+  }
 #endif
 }
 

@@ -8,6 +8,7 @@
 
 #include "kernels/common/params.hpp"
 #include "kernels/common/score_modifiers.hpp"
+#include "kernels/device_attributes.hpp"
 #include "kernels/kernel_registry.hpp"
 #include "kernels/sm90/kernel/forward_kernel.hpp"
 
@@ -48,20 +49,23 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
 
   auto kernel = forward_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSmemBytes;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err != cudaSuccess) return err;
-  if constexpr (Kernel::kCtasPerSm > 1) {
-    // Ask for the largest shared-memory carve-out, so that the CTAs fit side by side.
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               int(cudaSharedmemCarveoutMaxShared));
-    if (err != cudaSuccess) return err;
-  }
-  // Persistent grid: as many CTAs as fit on the SMs at once.
+  // The caller made the tensors' device current.
   int device = 0, sms = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
+  err = configure_once_per_device<Kernel>(device, [&] {
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (e == cudaSuccess && Kernel::kCtasPerSm > 1) {
+      // The largest shared-memory carve-out, so that the CTAs fit side by side.
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               int(cudaSharedmemCarveoutMaxShared));
+    }
+    return e;
+  });
+  if (err != cudaSuccess) return err;
+  if ((err = multiprocessor_count(device, sms)) != cudaSuccess) return err;
+  // Persistent grid: as many CTAs as fit on the SMs at once.
   int const grid = std::min(params.scheduler.num_units, sms * Kernel::kCtasPerSm);
   kernel<<<grid, Kernel::kThreads, smem_bytes, stream>>>(params);
   return cudaGetLastError();

@@ -1,0 +1,40 @@
+// What launches need to know about a device or to tell the driver about a kernel, computed once:
+// both are fixed for the life of the process, and each query costs a call into the CUDA runtime
+// that a tiny problem's launch would otherwise pay every time.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace flashcute {
+
+constexpr int kMaxCachedDevices = 64;
+
+// The device's multiprocessor count (0 after a failed query, which is then retried).
+inline cudaError_t multiprocessor_count(int device, int& count) {
+  static std::atomic<int> cached[kMaxCachedDevices] = {};
+  bool const cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable && (count = cached[device].load(std::memory_order_relaxed)) > 0) {
+    return cudaSuccess;
+  }
+  cudaError_t const err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess && cacheable) cached[device].store(count, std::memory_order_relaxed);
+  return err;
+}
+
+// Runs configure() (cudaFuncSetAttribute calls for one kernel) once per device; each Tag (the
+// kernel's own type) has its own record. Two threads may both configure: the calls are idempotent.
+template <class Tag, class Configure>
+cudaError_t configure_once_per_device(int device, Configure configure) {
+  static std::atomic<uint64_t> configured{0};
+  bool const cacheable = device >= 0 && device < kMaxCachedDevices;
+  uint64_t const bit = cacheable ? uint64_t(1) << device : 0;
+  if (cacheable && (configured.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  cudaError_t const err = configure();
+  if (err == cudaSuccess && cacheable) configured.fetch_or(bit, std::memory_order_release);
+  return err;
+}
+
+}  // namespace flashcute
