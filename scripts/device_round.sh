@@ -91,10 +91,14 @@ step_host() {
 }
 
 step_venv() {
-  # The wheel installed into a fresh virtual environment (the system's torch visible, nothing
-  # else), then one forward against SDPA.
-  local venv=/tmp/flashcute-venv
-  rm -rf "$venv" && python3 -m venv --system-site-packages "$venv" &&
+  # The wheel installed into a fresh virtual environment that sees torch (the machine's python3
+  # is itself a venv, so a .pth file points at its site-packages) and nothing else, then one
+  # forward against SDPA.
+  local venv=/tmp/flashcute-venv site torch_site
+  rm -rf "$venv" && python3 -m venv "$venv" &&
+    site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])') &&
+    torch_site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') &&
+    echo "$torch_site" >"$site/machine-torch.pth" &&
     "$venv/bin/python" -m pip install -q --no-index --no-deps .whl/flashcute-*.whl &&
     (cd /tmp && "$venv/bin/python" -c '
 import flashcute, torch, torch.nn.functional as F
