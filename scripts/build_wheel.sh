@@ -4,13 +4,11 @@
 # With a build dir, packs the libflashcute.so already built there (<build dir>/lib/), compiling
 # nothing: CI packs the library it has tested. Without one, configures and builds the library in
 # build-wheel/ for the wheel: sm_80 and sm_90a machine code plus compute_80 PTX (which newer GPUs
-# compile when the library loads), the CUDA runtime, libstdc++ and libgcc linked in
-# (FLASHCUTE_STATIC_LIBSTDCXX=ON), so it needs only glibc and the NVIDIA driver.
+# compile when the library loads), the CUDA runtime and libstdc++ linked in
+# (FLASHCUTE_STATIC_LIBSTDCXX=ON), so it needs only glibc, libgcc_s and the NVIDIA driver.
 # The manylinux tag is the oldest auditwheel accepts for the library's glibc symbol versions, so it
-# follows the build machine: the newest glibc it links against, and with static libstdc++ also the
-# glibc that libstdc++.a was built for. On Debian 12 (glibc 2.36) that gives manylinux_2_36, or
-# manylinux_2_34 with FLASHCUTE_STATIC_LIBSTDCXX=OFF (the system's libstdc++ is then used, from
-# GCC 5 on); a manylinux image with the CUDA toolkit gives an older one.
+# follows the build machine: on Debian 12, manylinux_2_34; a manylinux image with the CUDA toolkit
+# gives an older one.
 # Environment:
 #   WHEEL_DIR              where the wheel goes (default dist/)
 #   FLASHCUTE_CUDA_ARCHS   targets of the build made here (default 80;90a)
@@ -55,10 +53,9 @@ LIB=$(cd "$(dirname "$LIB")" && pwd)/libflashcute.so
 echo "== build_wheel: check $LIB"
 needed=$(readelf -d "$LIB" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 echo "needs: $needed"
-if [[ $needed == *libstdc++* || $needed == *libgcc_s* ]]; then
-  echo "build_wheel: note: libstdc++ and libgcc are linked dynamically, so the wheel takes the" \
-    "system's (the manylinux tag covers the versions it needs); -DFLASHCUTE_STATIC_LIBSTDCXX=ON" \
-    "links them in"
+if [[ $needed == *libstdc++* ]]; then
+  echo "build_wheel: note: libstdc++ is linked dynamically, so the wheel takes the system's" \
+    "(the manylinux tag covers the versions it needs); -DFLASHCUTE_STATIC_LIBSTDCXX=ON links it in"
 fi
 
 TMP=$(mktemp -d)
