@@ -324,6 +324,39 @@ def test_cuda_graph_capture_and_replay():
         assert_close(out, ref, v, torch.float16, what=f"replay {step}")
 
 
+def test_eager_calls_take_the_fast_path_and_fall_back_for_errors(monkeypatch):
+    """An eager call runs without the custom op (its dispatch costs more than a tiny kernel);
+    autograd, an explicit family, and a bad argument go through the op's checked path, whose
+    message is unchanged."""
+    g = generator("fast path")
+    q, k, v = (randn((2, 130, 4, 64), g, torch.bfloat16) for _ in range(3))
+    reference = flashcute.forward(q, k, v, causal=True, family="auto", tile=None)
+    ops = []
+    real_op = torch.ops.flashcute.fwd
+
+    class Spy:
+        def __call__(self, *args):
+            ops.append(args)
+            return real_op(*args)
+
+    monkeypatch.setattr(torch.ops.flashcute, "fwd", Spy())
+    out = flashcute.flash_attn_func(q, k, v, causal=True)
+    assert not ops, "the eager call went through the custom op"
+    assert torch.equal(out, reference), "the fast path computed something else"
+    flashcute.forward(q, k, v, causal=True, family="sm80")
+    assert len(ops) == 1, "an explicit family takes the checked path"
+    with pytest.raises(ValueError, match="k has head_dim 56 but q has 64"):
+        flashcute.flash_attn_func(q, k[..., :56], v[..., :56])
+    # Passes the fast path's screen; the library refuses it before any launch (a host pointer),
+    # and the checked path reports it as ever.
+    with pytest.raises(ValueError, match="k must be on a CUDA device"):
+        flashcute.flash_attn_func(q, k.cpu(), v.cpu())
+    assert len(ops) == 1  # both raised by the checks that run before the op
+    q.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="backward"):
+        flashcute.flash_attn_func(q, k, v)
+
+
 # ---------------------------------------------------------------------------------------------
 # Variable length.
 
