@@ -9,7 +9,8 @@
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
 #   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host row)
-#   venv    the wheel in a fresh virtual environment, one forward checked against SDPA
+#   venv    the wheel (VENV_WHEEL, default .whl/) in a fresh virtual environment, one forward
+#           checked against SDPA
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
@@ -99,7 +100,7 @@ step_venv() {
     site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])') &&
     torch_site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') &&
     echo "$torch_site" >"$site/machine-torch.pth" &&
-    "$venv/bin/python" -m pip install -q --no-index --no-deps .whl/flashcute-*.whl &&
+    "$venv/bin/python" -m pip install -q --no-index --no-deps ${VENV_WHEEL:-.whl/flashcute-*.whl} &&
     (cd /tmp && "$venv/bin/python" -c '
 import flashcute, torch, torch.nn.functional as F
 print(flashcute.__file__, flashcute.build_info())
