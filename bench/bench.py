@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import pathlib
+import random
 import re
 import statistics
 import subprocess
@@ -74,6 +75,9 @@ def plain_rows():
 
 
 VARLEN_LENGTHS = [8192, 512, 3000, 6100, 128, 4096, 7777, 1024, 2500, 5000, 300, 8000]
+# Many short sequences (where a tile's start and end weigh most): 64 drawn, seeded, from these.
+VARLEN_SHORT_LENGTHS = random.Random(0).choices([64, 100, 200, 333, 512, 700, 1024], k=64)
+VARLEN_KINDS = ("varlen", "varlen_short")
 WINDOWS = [(256, 0, True), (1024, 0, True), (4096, 0, True), (1024, 1024, False)]
 
 
@@ -85,6 +89,9 @@ def feature_rows():
     for causal in (False, True):
         rows.append(row(len(VARLEN_LENGTHS), max(VARLEN_LENGTHS), 16, 128, causal, kind="varlen",
                         seqlens=VARLEN_LENGTHS))
+    for causal in (False, True):
+        rows.append(row(len(VARLEN_SHORT_LENGTHS), max(VARLEN_SHORT_LENGTHS), 16, 128, causal,
+                        kind="varlen_short", seqlens=VARLEN_SHORT_LENGTHS))
     for left, right, causal in WINDOWS:
         rows.append(row(1, 16384, 16, 128, causal, kind="window", window=[left, right]))
     for causal in (False, True):
@@ -120,7 +127,7 @@ def flops(r):
     if kind == "window":
         pairs = mask.visible_pairs(r["sq"], r["sk"], r["causal"], tuple(r["window"]))
         return 4 * r["b"] * r["h"] * r["d"] * pairs
-    if kind == "varlen":
+    if kind in VARLEN_KINDS:
         total = sum(4 * r["h"] * n * n * r["d"] for n in r["seqlens"])
         return total / 2 if r["causal"] else total
     return dense_flops(r)
@@ -252,12 +259,13 @@ def run_row(r, args, log):
                 log(f"  {name}: left out ({'; '.join(reasons)[:200]})")
                 continue
         timed[name] = (fn, context, work)
-        if peer_out is None and r.get("kind") != "varlen":
+        if peer_out is None and r.get("kind") not in VARLEN_KINDS:
             peer_out = out  # the padded varlen batch computes something else
         else:
             del out
 
-    ours = varlen_callables(r, q, k, v) if r.get("kind") == "varlen" else our_callables(r, q, k, v)
+    varlen = r.get("kind") in VARLEN_KINDS
+    ours = varlen_callables(r, q, k, v) if varlen else our_callables(r, q, k, v)
     for name, fn in ours.items():
         try:
             out = fn()
@@ -340,7 +348,7 @@ def summary(rows):
             base = mha.get((r["b"], r["sq"], r["h"], r["d"], r["causal"], r["dtype"]))
             if base and t.get("ours"):
                 note = f"  vs MHA row {t['ours'] / base:.2f}"
-        elif r.get("kind") == "varlen" and t.get("ours") and t.get("ours_padded"):
+        elif r.get("kind") in VARLEN_KINDS and t.get("ours") and t.get("ours_padded"):
             note = f"  vs padded per FLOP {t['ours'] / t['ours_padded']:.2f}"
         elif r.get("kind") == "window" and t.get("ours"):
             note = f"  ours {flops(r) / (t['ours'] * 1e12) * 1e3:.3f} ms"
@@ -358,6 +366,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3,
                         help="times each implementation this many times per row, in rotating order")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--merge", help="results file whose rows of the kinds measured now this "
+                        "run replaces, keeping the others (written to --out, or back)")
     args = parser.parse_args()
     if args.warmup < 5 or args.iters < 20:
         parser.error("GPU time takes at least 5 warm-up calls and 20 timed calls")
@@ -391,7 +401,16 @@ def main():
         "cudnn": torch.backends.cudnn.version(),
         "rows": results,
     }
-    path = output_path(args.out, gpu)
+    if args.merge:
+        # The measured kinds' rows are replaced; each new row names the commit and date it was
+        # measured at, since the file's own fields stay those of the earlier run.
+        measured = {r.get("kind", "plain") for r in results}
+        for r in results:
+            r.update(commit=document["commit"], date=document["date"])
+        document = json.loads(pathlib.Path(args.merge).read_text())
+        document["rows"] = [r for r in document["rows"]
+                            if r.get("kind", "plain") not in measured] + results
+    path = output_path(args.out or args.merge, gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {path}")
