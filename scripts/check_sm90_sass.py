@@ -24,13 +24,18 @@ TRAITS = re.compile(
     r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?")
 
 
-def kernels(sass):
-    """(mangled name, instruction list) of every sm90 forward kernel in a cuobjdump listing."""
+def functions(sass):
+    """(mangled name, instruction list) of every function in a cuobjdump -sass listing."""
     for chunk in re.split(r"\n\s*Function : ", sass)[1:]:
         name = chunk.split("\n", 1)[0].strip()
-        if "sm9014forward_kernel" not in name:
-            continue
         yield name, [i.strip() for i in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", chunk)]
+
+
+def kernels(sass):
+    """(mangled name, instruction list) of every sm90 forward kernel in a cuobjdump listing."""
+    for name, instructions in functions(sass):
+        if "sm9014forward_kernel" in name:
+            yield name, instructions
 
 
 def softmax_overlaps(instructions):

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 
+from check_sm90_sass import functions
+
 KEY = re.compile(r"(?:Kernel)?TraitsI.*")
 
 
@@ -24,14 +26,13 @@ def kernels(path, cuobjdump):
     sass = subprocess.run([cuobjdump, "-sass", path], check=True, capture_output=True,
                           text=True).stdout
     out = {}
-    for chunk in re.split(r"\n\s*Function : ", sass)[1:]:
-        name = chunk.split("\n", 1)[0].strip()
+    for name, instructions in functions(sass):
         family = "sm90" if "sm90" in name else "sm80"
         plain = "Lb1EEEv" in name if family == "sm80" else False
         traits = KEY.search(name)
         tile = traits.group(0).split("EEEv")[0].rstrip("E") if traits else name
         key = (family, tile, plain)
-        out[key] = [normalise(i) for i in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", chunk)]
+        out[key] = [normalise(i) for i in instructions]
     return out
 
 

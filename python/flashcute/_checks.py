@@ -191,11 +191,16 @@ def check_alibi(alibi, problem):
         raise ValueError(f"alibi_slopes must have a contiguous last dimension, got {alibi.strides}")
 
 
+def default_softmax_scale(head_dim):
+    """FlashAttention's softmax_scale=None: 1 / sqrt(head_dim)."""
+    return 1.0 / math.sqrt(head_dim)
+
+
 def check_options(problem, softmax_scale, causal, causal_alignment, window_size, softcap, family,
                   tile):
     if softmax_scale is None:
         # Not checked for finiteness: under torch.compile a dynamic head_dim makes it symbolic.
-        softmax_scale = 1.0 / math.sqrt(problem.head_dim)
+        softmax_scale = default_softmax_scale(problem.head_dim)
     else:
         softmax_scale = float(softmax_scale)
         if not math.isfinite(softmax_scale):
@@ -303,7 +308,7 @@ def fast_layout_ok(strides, ptr):
 def fast_options(head_dim, softmax_scale, causal, window_size, softcap):
     """(scale, causal, left, right, softcap) for plainly typed valid options, else None."""
     if softmax_scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
+        scale = default_softmax_scale(head_dim)
     elif type(softmax_scale) is float and math.isfinite(softmax_scale):
         scale = softmax_scale
     else:
