@@ -1,10 +1,11 @@
 # Kernel instantiation, the same for every family: one translation unit per (dtype, head_dim),
 # which keeps the build parallel, and the family's registration function, both written into the
 # build tree from the selection (each unit is two lines, so none is kept in the repository).
-#   flashcute_instantiate(<family> <header> "<dtypes>" "<head dims>" <out var>)
+#   flashcute_instantiate(<family> <header> "<dtypes>" "<head dims>" <out var> [TABLE <type>])
 # <header> defines FLASHCUTE_<FAMILY>_INSTANTIATE(Element, dtype, head_dim), which defines
-# flashcute::<family>::register_<dtype>_hd<head_dim>(KernelTable&); the generated registration
-# file defines flashcute::register_<family>_kernels. <out var> receives every generated source.
+# flashcute::<family>::register_<dtype>_hd<head_dim>(<type>&) (<type>: KernelTable unless given);
+# the generated registration file defines flashcute::register_<family>_kernels. <out var> receives
+# every generated source.
 function(flashcute_write_if_changed path content)
   if(EXISTS ${path})
     file(READ ${path} old)
@@ -17,6 +18,11 @@ function(flashcute_write_if_changed path content)
 endfunction()
 
 function(flashcute_instantiate family header dtypes head_dims out_var)
+  cmake_parse_arguments(ARG "" "TABLE" "" ${ARGN})
+  set(table_type KernelTable)
+  if(ARG_TABLE)
+    set(table_type ${ARG_TABLE})
+  endif()
   string(TOUPPER ${family} upper)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/${family}_instantiations)
   set(sources "")
@@ -35,13 +41,13 @@ function(flashcute_instantiate family header dtypes head_dims out_var)
       flashcute_write_if_changed(${source}
         "#include \"${header}\"\nFLASHCUTE_${upper}_INSTANTIATE(${element}, ${dtype}, ${hd})\n")
       list(APPEND sources ${source})
-      string(APPEND declarations "void register_${dtype}_hd${hd}(KernelTable& table);\n")
+      string(APPEND declarations "void register_${dtype}_hd${hd}(${table_type}& table);\n")
       string(APPEND calls "  ${family}::register_${dtype}_hd${hd}(table);\n")
     endforeach()
   endforeach()
   set(registration ${dir}/register_${family}.cpp)
   flashcute_write_if_changed(${registration}
-    "#include \"kernels/kernel_registry.hpp\"\n\nnamespace flashcute {\nnamespace ${family} {\n${declarations}}  // namespace ${family}\n\nvoid register_${family}_kernels(KernelTable& table) {\n${calls}}\n\n}  // namespace flashcute\n")
+    "#include \"kernels/kernel_registry.hpp\"\n\nnamespace flashcute {\nnamespace ${family} {\n${declarations}}  // namespace ${family}\n\nvoid register_${family}_kernels(${table_type}& table) {\n${calls}}\n\n}  // namespace flashcute\n")
   list(APPEND sources ${registration})
   set(${out_var} ${sources} PARENT_SCOPE)
 endfunction()

@@ -24,6 +24,17 @@ ForwardArgs default_forward_args();
 // tensors on any device, not only the current one, and from several host threads at once.
 Status forward(const ForwardArgs& args);
 
+using BackwardArgs = fc_backward_args;
+
+// Defaults as fc_backward_args_init.
+BackwardArgs default_backward_args();
+
+// The workspace bytes backward(args) needs; validates args first.
+Status backward_workspace_size(const BackwardArgs& args, uint64_t& bytes);
+
+// Validates every argument (the error names the bad one), then launches on args.stream.
+Status backward(const BackwardArgs& args);
+
 std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype,
                                               int head_dim);
 

@@ -1,4 +1,4 @@
-/* flashcute: fused attention forward kernels on CuTe.
+/* flashcute: fused attention kernels (forward and backward) on CuTe.
  *
  * The C API: a stable ABI for other languages (the Python package loads it with ctypes). Every
  * function returns an fc_status; on failure fc_last_error() gives a message naming the bad
@@ -32,9 +32,9 @@ typedef enum { FC_CAUSAL_TOP_LEFT = 0, FC_CAUSAL_BOTTOM_RIGHT = 1 } fc_causal_al
 /* Kernel families. SM80: the FlashAttention-2 design (mma.sync), any sm_80+ device, every feature
  * of this header. SM90: Hopper (TMA, wgmma, warp specialisation), sm_90a builds on compute
  * capability 9.0, head_dim buckets 64/96/128/192/256, fp16/bf16, causal of either alignment, local
- * windows, GQA, LSE, variable-length batches; softcap and ALiBi run on SM80 only. AUTO tries SM90
- * first on a 9.0 device and falls back to SM80 by itself; forcing SM90 on what it lacks gives
- * FC_ERROR_UNSUPPORTED. */
+ * windows, GQA, LSE, variable-length batches; softcap, ALiBi and the backward pass run on SM80
+ * only. AUTO tries SM90 first on a 9.0 device and falls back to SM80 by itself; forcing SM90 on
+ * what it lacks gives FC_ERROR_UNSUPPORTED. */
 typedef enum { FC_FAMILY_AUTO = 0, FC_FAMILY_SM80 = 80, FC_FAMILY_SM90 = 90 } fc_kernel_family;
 
 /* A (batch, seqlen, heads, head_dim) tensor on a CUDA device. Strides are in elements; head_dim is
@@ -84,6 +84,50 @@ void fc_forward_args_init(fc_forward_args* args);
 
 /* Runs the attention forward pass O = softmax(scale * Q K^T + bias, masked) V. */
 fc_status fc_forward(const fc_forward_args* args);
+
+/* Backward: from q, k, v, the forward's output o and log-sum-exp, and the output gradient dout,
+ * the gradients dq, dk, dv (same dtype and shapes as q, k, v; fp32 accumulation). Every forward
+ * option applies and must match the forward call. For GQA, dk and dv of a KV head sum over its
+ * query heads. Rows that see no key get zero gradients; softcap and ALiBi slopes get none.
+ * Scratch memory comes from the caller: fc_backward_workspace_size gives the bytes (a function of
+ * the shapes and `deterministic` alone), and workspace points at that many bytes of device memory
+ * on the tensors' device, 256-byte aligned, that nothing else uses until the call's work on
+ * `stream` is done. Without `deterministic`, dq is summed with fp32 atomics, whose order varies;
+ * with it, every gradient is bitwise identical run to run (a separate dq pass recomputes the
+ * scores: about 1.4x the matrix work). */
+typedef struct {
+  int32_t abi_version; /* FC_ABI_VERSION */
+  fc_tensor q, k, v, o, dout;
+  fc_tensor dq, dk, dv; /* outputs, laid out like q, k, v (their own strides) */
+  int32_t dtype;        /* fc_dtype; every tensor shares it */
+  int64_t batch, seqlen_q, seqlen_k, heads, heads_k, head_dim;
+  const int32_t* cu_seqlens_q; /* variable length, as in fc_forward_args */
+  const int32_t* cu_seqlens_k;
+  int64_t total_q;
+  const float* softmax_lse; /* required: the forward's log-sum-exp, laid out as there */
+  float softmax_scale;
+  int32_t causal;
+  int32_t causal_alignment;
+  int64_t window_left;
+  int64_t window_right;
+  float softcap;
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
+  int32_t deterministic; /* 0 or 1 */
+  int32_t family;        /* fc_kernel_family; the backward runs on the SM80 family today */
+  void* workspace;       /* fc_backward_workspace_size bytes; NULL when that size is 0 */
+  uint64_t workspace_bytes;
+  void* stream; /* cudaStream_t; NULL = legacy default stream of the tensors' device */
+} fc_backward_args;
+
+/* Fills args with defaults: unbounded windows, bottom-right alignment, automatic family. */
+void fc_backward_args_init(fc_backward_args* args);
+
+/* The workspace fc_backward needs for these arguments, in bytes (checks the arguments first). */
+fc_status fc_backward_workspace_size(const fc_backward_args* args, uint64_t* bytes);
+
+/* Runs the attention backward pass. */
+fc_status fc_backward(const fc_backward_args* args);
 
 /* The message of the calling thread's last failed call ("" if none). */
 const char* fc_last_error(void);

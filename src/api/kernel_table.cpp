@@ -14,4 +14,13 @@ const KernelTable& kernel_table() {
   return table;
 }
 
+const BackwardKernelTable& backward_kernel_table() {
+  static const BackwardKernelTable table = [] {
+    BackwardKernelTable t;
+    register_sm80_backward_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
 }  // namespace flashcute

@@ -161,21 +161,93 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
   return {};
 }
 
-Status find_tensor_device(const ForwardArgs& a, int& device) {
+Status validate_backward_arguments(const BackwardArgs& a, BackwardParams& p) {
+  if (a.abi_version != FC_ABI_VERSION) {
+    return invalid("abi_version: expected " + std::to_string(FC_ABI_VERSION) +
+                   " (call fc_backward_args_init)");
+  }
+  if (a.deterministic != 0 && a.deterministic != 1) return invalid("deterministic must be 0 or 1");
+  // The forward's problem, checked by the forward's rules.
+  ForwardArgs f{};
+  fc_forward_args_init(&f);
+  f.q = a.q;
+  f.k = a.k;
+  f.v = a.v;
+  f.o = a.o;
+  f.dtype = a.dtype;
+  f.batch = a.batch;
+  f.seqlen_q = a.seqlen_q;
+  f.seqlen_k = a.seqlen_k;
+  f.heads = a.heads;
+  f.heads_k = a.heads_k;
+  f.head_dim = a.head_dim;
+  f.cu_seqlens_q = a.cu_seqlens_q;
+  f.cu_seqlens_k = a.cu_seqlens_k;
+  f.total_q = a.total_q;
+  f.softmax_lse = const_cast<float*>(a.softmax_lse);
+  f.softmax_scale = a.softmax_scale;
+  f.causal = a.causal;
+  f.causal_alignment = a.causal_alignment;
+  f.window_left = a.window_left;
+  f.window_right = a.window_right;
+  f.softcap = a.softcap;
+  f.alibi_slopes = a.alibi_slopes;
+  f.alibi_batch_stride = a.alibi_batch_stride;
+  f.family = a.family;
+  f.stream = a.stream;
+  AttentionParams forward_params;
+  if (Status s = validate_arguments(f, forward_params); !s.ok()) return s;
+
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const int64_t batch_extent = varlen ? 1 : a.batch;
+  const int64_t q_rows = varlen ? a.total_q : a.seqlen_q;
+  const int64_t k_rows = varlen ? INT64_MAX : a.seqlen_k;
+  if (a.batch > 0 && a.heads > 0) {
+    Status s;
+    if (a.seqlen_q > 0) {
+      if (a.softmax_lse == nullptr) {
+        return invalid("softmax_lse: required by the backward pass (the forward's log-sum-exp)");
+      }
+      s = check_tensor("dout", a.dout, batch_extent, q_rows, a.heads);
+      if (s.ok()) s = check_tensor("dq", a.dq, batch_extent, q_rows, a.heads);
+    }
+    if (s.ok() && a.seqlen_k > 0) {
+      // With no query rows the forward's check skipped k and v; dk and dv are written anyway.
+      s = check_tensor("k", a.k, batch_extent, k_rows, a.heads_k);
+      if (s.ok()) s = check_tensor("v", a.v, batch_extent, k_rows, a.heads_k);
+      if (s.ok()) s = check_tensor("dk", a.dk, batch_extent, k_rows, a.heads_k);
+      if (s.ok()) s = check_tensor("dv", a.dv, batch_extent, k_rows, a.heads_k);
+    }
+    if (!s.ok()) return s;
+  }
+
+  p = BackwardParams{};
+  static_cast<AttentionParams&>(p) = forward_params;
+  p.dout = a.dout.data;
+  copy_strides(a.dout, p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride);
+  p.dq = a.dq.data;
+  p.dk = a.dk.data;
+  p.dv = a.dv.data;
+  copy_strides(a.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  copy_strides(a.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  copy_strides(a.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  p.dq_accum_row_stride = a.heads * a.head_dim;
+  p.deterministic = a.deterministic != 0;
+  return {};
+}
+
+namespace {
+
+struct NamedPointer {
+  const char* name;
+  const void* ptr;
+};
+
+// The one device all non-null pointers live on.
+template <size_t N>
+Status find_device(const NamedPointer (&pointers)[N], int& device) {
   device = -1;
-  const bool read_kv = a.seqlen_k > 0;
-  const struct {
-    const char* name;
-    const void* ptr;
-  } tensors[] = {{"q", a.q.data},
-                 {"k", read_kv ? a.k.data : nullptr},
-                 {"v", read_kv ? a.v.data : nullptr},
-                 {"o", a.o.data},
-                 {"softmax_lse", a.softmax_lse},
-                 {"cu_seqlens_q", a.cu_seqlens_q},
-                 {"cu_seqlens_k", a.cu_seqlens_k},
-                 {"alibi_slopes", a.alibi_slopes}};
-  for (const auto& t : tensors) {
+  for (const auto& t : pointers) {
     if (t.ptr == nullptr) continue;
     cudaPointerAttributes attr{};
     const cudaError_t err = cudaPointerGetAttributes(&attr, t.ptr);
@@ -195,6 +267,39 @@ Status find_tensor_device(const ForwardArgs& a, int& device) {
     }
   }
   return {};
+}
+
+}  // namespace
+
+Status find_tensor_device(const ForwardArgs& a, int& device) {
+  const bool read_kv = a.seqlen_k > 0;
+  const NamedPointer tensors[] = {{"q", a.q.data},
+                                  {"k", read_kv ? a.k.data : nullptr},
+                                  {"v", read_kv ? a.v.data : nullptr},
+                                  {"o", a.o.data},
+                                  {"softmax_lse", a.softmax_lse},
+                                  {"cu_seqlens_q", a.cu_seqlens_q},
+                                  {"cu_seqlens_k", a.cu_seqlens_k},
+                                  {"alibi_slopes", a.alibi_slopes}};
+  return find_device(tensors, device);
+}
+
+Status find_tensor_device(const BackwardArgs& a, int& device) {
+  const bool has_q = a.seqlen_q > 0, has_k = a.seqlen_k > 0;
+  const NamedPointer tensors[] = {{"q", has_q ? a.q.data : nullptr},
+                                  {"k", has_k ? a.k.data : nullptr},
+                                  {"v", has_k ? a.v.data : nullptr},
+                                  {"o", has_q ? a.o.data : nullptr},
+                                  {"dout", has_q ? a.dout.data : nullptr},
+                                  {"dq", has_q ? a.dq.data : nullptr},
+                                  {"dk", has_k ? a.dk.data : nullptr},
+                                  {"dv", has_k ? a.dv.data : nullptr},
+                                  {"softmax_lse", has_q ? a.softmax_lse : nullptr},
+                                  {"cu_seqlens_q", a.cu_seqlens_q},
+                                  {"cu_seqlens_k", a.cu_seqlens_k},
+                                  {"alibi_slopes", a.alibi_slopes},
+                                  {"workspace", a.workspace}};
+  return find_device(tensors, device);
 }
 
 }  // namespace flashcute

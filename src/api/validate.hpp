@@ -3,6 +3,7 @@
 #pragma once
 
 #include "flashcute/attention.hpp"
+#include "kernels/common/backward_params.hpp"
 #include "kernels/common/params.hpp"
 
 namespace flashcute {
@@ -10,7 +11,12 @@ namespace flashcute {
 // Shapes, dtype, strides, alignment, scale and options; fills params on success.
 Status validate_arguments(const ForwardArgs& args, AttentionParams& params);
 
+// The backward's arguments: the forward problem they describe by the forward's rules, then the
+// gradient tensors and options; fills params except the workspace pointers.
+Status validate_backward_arguments(const BackwardArgs& args, BackwardParams& params);
+
 // The device that holds all tensors (the error names a tensor that lives elsewhere or on the host).
 Status find_tensor_device(const ForwardArgs& args, int& device);
+Status find_tensor_device(const BackwardArgs& args, int& device);
 
 }  // namespace flashcute

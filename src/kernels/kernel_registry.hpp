@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flashcute/flashcute.h"
+#include "kernels/common/backward_params.hpp"
 #include "kernels/common/params.hpp"
 
 namespace flashcute {
@@ -39,6 +40,20 @@ struct KernelEntry {
 
 using KernelTable = std::vector<KernelEntry>;
 
+// The backward pass of one (family, dtype, head_dim bucket): its launch runs every kernel of the
+// pass, in order, on one stream.
+using BackwardLaunchFn = cudaError_t (*)(const BackwardParams& params, cudaStream_t stream);
+
+struct BackwardKernelEntry {
+  fc_kernel_family family;
+  fc_dtype dtype;
+  int head_dim;       // the padded head_dim it is built for; a problem runs on the smallest >= d
+  size_t smem_bytes;  // the most dynamic shared memory any of its kernels takes
+  BackwardLaunchFn launch;
+};
+
+using BackwardKernelTable = std::vector<BackwardKernelEntry>;
+
 template <class Element>
 constexpr fc_dtype dtype_of() {
   static_assert(std::is_same_v<Element, cutlass::half_t> ||
@@ -49,8 +64,10 @@ constexpr fc_dtype dtype_of() {
 // Each family appends its compiled entries (defined next to the family's instantiations).
 void register_sm80_kernels(KernelTable& table);
 void register_sm90_kernels(KernelTable& table);
+void register_sm80_backward_kernels(BackwardKernelTable& table);
 
 // All compiled kernels, built once, thread-safe.
 const KernelTable& kernel_table();
+const BackwardKernelTable& backward_kernel_table();
 
 }  // namespace flashcute

@@ -1,5 +1,5 @@
 // From raw q.k products to logits the online softmax can exponentiate: scale (or tanh softcap),
-// ALiBi bias, then the mask; and the derivative backward needs through the softcap.
+// ALiBi bias, then the mask; and the slope backward needs through the softcap.
 // On the plain path (no softcap, no ALiBi) the scores stay raw and the softmax folds the scale into
 // its exp2 (one FFMA per score instead of a multiply and a subtract); masked scores then take the
 // infinity that the scale's sign turns into -inf, so a negative scale works like any other. Each
@@ -35,13 +35,6 @@ CUTE_DEVICE float tanh_approx(float x) {
   return y;
 }
 
-// d/dx of c * tanh(x / c), given the capped score y = c * tanh(x / c) and c: 1 - tanh^2.
-// Backward multiplies the score gradient by it.
-CUTE_HOST_DEVICE float softcap_derivative(float capped, float softcap) {
-  float const t = capped / softcap;
-  return 1.f - t * t;
-}
-
 template <bool kModifiers>
 struct ScoreTransform {
   float scale_log2;        // softmax_scale * log2(e)
@@ -70,11 +63,25 @@ struct ScoreTransform {
   // The factor the softmax multiplies scores by before exp2.
   CUTE_DEVICE float exp2_multiplier() const { return fold_scale ? scale_log2 : 1.f; }
 
-  // scores: (rows, cols) view of an accumulator; coords: the same view of its (row, col)
-  // coordinates within the tile, offset by (row0, col0) to absolute positions.
-  template <bool kMasked, class Scores, class Coords>
-  CUTE_DEVICE void apply(Scores& scores, Coords const& coords, int row0, int col0,
-                         const AttentionMask& mask) const {
+  CUTE_HOST_DEVICE bool has_softcap() const { return softcap_outer != 0.f; }
+
+  // ALiBi's bias (exp2 domain) of the score at absolute (row, col).
+  CUTE_DEVICE float alibi_bias(int row, int col, const AttentionMask& mask) const {
+    return -alibi_slope_log2 * fabsf(float(row + mask.diag - col));
+  }
+
+  // Backward: d(capped score)/d(scaled q.k) = 1 - tanh^2, from a visible score that apply()
+  // finished at absolute (row, col) (ALiBi's bias is taken off again to recover the capped value).
+  CUTE_DEVICE float softcap_slope(float score, int row, int col, const AttentionMask& mask) const {
+    float const capped = alibi_slope_log2 != 0.f ? score - alibi_bias(row, col, mask) : score;
+    float const t = capped / softcap_outer;
+    return 1.f - t * t;
+  }
+
+  // The steps of apply. scores: (rows, cols) view of an accumulator; coords: the same view of its
+  // (row, col) coordinates within the tile, offset by (row0, col0) to absolute positions.
+  template <class Scores>
+  CUTE_DEVICE void cap_or_scale(Scores& scores) const {
     using namespace cute;
     if (fold_scale) {
       // nothing to do before the mask
@@ -87,34 +94,51 @@ struct ScoreTransform {
       CUTE_UNROLL
       for (int i = 0; i < size(scores); ++i) scores(i) *= scale_log2;
     }
+  }
+
+  template <class Scores, class Coords>
+  CUTE_DEVICE void add_alibi(Scores& scores, Coords const& coords, int row0, int col0,
+                             const AttentionMask& mask) const {
+    using namespace cute;
     if (alibi_slope_log2 != 0.f) {
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
-        // Coordinates derive from the unsigned thread index: make them signed before subtracting.
-        const int row = row0 + int(get<0>(coords(r, 0))) + mask.diag;
+        // Coordinates derive from the unsigned thread index: make them signed before adding.
+        const int row = row0 + int(get<0>(coords(r, 0)));
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
-          const int col = col0 + int(get<1>(coords(0, c)));
-          scores(r, c) -= alibi_slope_log2 * fabsf(float(row - col));
+          scores(r, c) += alibi_bias(row, col0 + int(get<1>(coords(0, c))), mask);
         }
       }
     }
-    if constexpr (kMasked) {
-      // Per row, the visible range relative to this thread's first column, so that each score
-      // compares a compile-time column offset against two registers.
-      const int thread_col = col0 + int(get<1>(coords(0, 0)));
+  }
+
+  template <class Scores, class Coords>
+  CUTE_DEVICE void mask_hidden(Scores& scores, Coords const& coords, int row0, int col0,
+                               const AttentionMask& mask) const {
+    using namespace cute;
+    // Per row, the visible range relative to this thread's first column, so that each score
+    // compares a compile-time column offset against two registers.
+    const int thread_col = col0 + int(get<1>(coords(0, 0)));
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+      const KeyInterval keys = mask.row_keys(row0 + int(get<0>(coords(r, 0))));
+      const int begin = keys.begin - thread_col;
+      const int end = keys.end - thread_col;
       CUTE_UNROLL
-      for (int r = 0; r < size<0>(scores); ++r) {
-        const KeyInterval keys = mask.row_keys(row0 + int(get<0>(coords(r, 0))));
-        const int begin = keys.begin - thread_col;
-        const int end = keys.end - thread_col;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(scores); ++c) {
-          const int offset = int(get<1>(coords(0, c))) - int(get<1>(coords(0, 0)));
-          if (offset < begin || offset >= end) scores(r, c) = masked_value;
-        }
+      for (int c = 0; c < size<1>(scores); ++c) {
+        const int offset = int(get<1>(coords(0, c))) - int(get<1>(coords(0, 0)));
+        if (offset < begin || offset >= end) scores(r, c) = masked_value;
       }
     }
+  }
+
+  template <bool kMasked, class Scores, class Coords>
+  CUTE_DEVICE void apply(Scores& scores, Coords const& coords, int row0, int col0,
+                         const AttentionMask& mask) const {
+    cap_or_scale(scores);
+    add_alibi(scores, coords, row0, col0, mask);
+    if constexpr (kMasked) mask_hidden(scores, coords, row0, col0, mask);
   }
 };
 

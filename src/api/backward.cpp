@@ -1,0 +1,109 @@
+// The backward entry points: validate, size and carve the caller's workspace, pick the kernel
+// family's backward for the head_dim bucket, launch on the tensors' device.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "api/device.hpp"
+#include "api/dispatch.hpp"
+#include "api/validate.hpp"
+#include "flashcute/attention.hpp"
+#include "kernels/backward/workspace.hpp"
+#include "kernels/kernel_registry.hpp"
+
+namespace flashcute {
+namespace {
+
+BackwardWorkspace workspace_for(const BackwardArgs& a) {
+  const int64_t total_q = a.cu_seqlens_q != nullptr ? a.total_q : a.batch * a.seqlen_q;
+  return backward_workspace(total_q, a.heads, a.head_dim, a.deterministic != 0);
+}
+
+// The backward of the smallest compiled bucket that holds head_dim, within the family the call
+// allows. Only the SM80 family has a backward pass today; AUTO takes it on every device.
+Status select_backward(const BackwardArgs& a, const DeviceLimits& device,
+                       const BackwardKernelEntry*& selected) {
+  selected = nullptr;
+  if (device.compute_capability < 80) {
+    return {FC_ERROR_UNSUPPORTED, "the device has compute capability " +
+                                      std::to_string(device.compute_capability / 10) + "." +
+                                      std::to_string(device.compute_capability % 10) +
+                                      "; flashcute needs sm_80 or newer"};
+  }
+  if (a.family == FC_FAMILY_SM90) {
+    return {FC_ERROR_UNSUPPORTED,
+            "family: the sm90 family has no backward pass yet; use FC_FAMILY_AUTO or "
+            "FC_FAMILY_SM80"};
+  }
+  for (const BackwardKernelEntry& e : backward_kernel_table()) {
+    if (e.family == FC_FAMILY_SM80 && e.dtype == a.dtype && e.head_dim >= a.head_dim &&
+        (selected == nullptr || e.head_dim < selected->head_dim)) {
+      selected = &e;
+    }
+  }
+  if (selected == nullptr) {
+    return {FC_ERROR_UNSUPPORTED, "sm80: no backward kernel compiled for this dtype and head_dim " +
+                                      std::to_string(a.head_dim)};
+  }
+  if (selected->smem_bytes > device.max_smem_per_block) {
+    return {FC_ERROR_UNSUPPORTED, "the backward kernel for head_dim " +
+                                      std::to_string(selected->head_dim) + " needs " +
+                                      std::to_string(selected->smem_bytes) +
+                                      " bytes of shared memory; the device allows " +
+                                      std::to_string(device.max_smem_per_block)};
+  }
+  return {};
+}
+
+}  // namespace
+
+BackwardArgs default_backward_args() {
+  BackwardArgs args;
+  fc_backward_args_init(&args);
+  return args;
+}
+
+Status backward_workspace_size(const BackwardArgs& args, uint64_t& bytes) {
+  BackwardParams params;
+  if (Status s = validate_backward_arguments(args, params); !s.ok()) return s;
+  const bool empty = args.batch == 0 || args.heads == 0 || args.seqlen_q == 0;
+  bytes = empty ? 0 : workspace_for(args).bytes;
+  return {};
+}
+
+Status backward(const BackwardArgs& args) {
+  BackwardParams params;
+  if (Status s = validate_backward_arguments(args, params); !s.ok()) return s;
+  if (args.batch == 0 || args.heads == 0) return {};  // nothing to write
+  if (args.seqlen_q > 0) {
+    const BackwardWorkspace layout = workspace_for(args);
+    if (args.workspace_bytes < layout.bytes) {
+      return {FC_ERROR_INVALID_ARGUMENT, "workspace: " + std::to_string(args.workspace_bytes) +
+                                             " bytes given, " + std::to_string(layout.bytes) +
+                                             " needed (fc_backward_workspace_size)"};
+    }
+    if (args.workspace == nullptr) return {FC_ERROR_INVALID_ARGUMENT, "workspace is null"};
+    if (reinterpret_cast<uintptr_t>(args.workspace) % 256 != 0) {
+      return {FC_ERROR_INVALID_ARGUMENT, "workspace is not 256-byte aligned"};
+    }
+    char* const base = static_cast<char*>(args.workspace);
+    params.dout_dot_out = reinterpret_cast<float*>(base + layout.dout_dot_out_offset);
+    params.dq_accum =
+        params.deterministic ? nullptr : reinterpret_cast<float*>(base + layout.dq_accum_offset);
+  }
+
+  int device = -1;
+  if (Status s = find_tensor_device(args, device); !s.ok()) return s;
+  DeviceLimits limits{};
+  if (Status s = device_limits(device, limits); !s.ok()) return s;
+  const BackwardKernelEntry* kernel = nullptr;
+  if (Status s = select_backward(args, limits, kernel); !s.ok()) return s;
+
+  DeviceGuard guard(device);
+  const cudaError_t err = kernel->launch(params, static_cast<cudaStream_t>(args.stream));
+  if (err != cudaSuccess) return cuda_error("launching the backward kernels", err);
+  return {};
+}
+
+}  // namespace flashcute

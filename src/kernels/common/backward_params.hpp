@@ -1,0 +1,32 @@
+// The validated backward problem: the forward's problem (AttentionParams, whose lse is the
+// forward's log-sum-exp, read here) plus the output gradient, the gradients to write and the
+// caller's workspace.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/params.hpp"
+
+namespace flashcute {
+
+struct BackwardParams : AttentionParams {
+  const void* dout;
+  int64_t dout_batch_stride, dout_row_stride, dout_head_stride;
+  void* dq;
+  void* dk;
+  void* dv;
+  int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+  int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+  int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+
+  // rowsum(dout * out) per query row, fp32, laid out like the LSE (its strides).
+  float* dout_dot_out;
+  // fp32 sums of dq / softmax_scale over key blocks: (query token, head, head_dim), token = batch
+  // * seqlen_q + row when dense, the packed index when variable length. Null when deterministic.
+  float* dq_accum;
+  int64_t dq_accum_row_stride;  // heads * head_dim; the head stride is head_dim
+
+  bool deterministic;
+};
+
+}  // namespace flashcute

@@ -1,0 +1,108 @@
+// Registers the SM80-family backward of one (dtype, head_dim bucket): the row kernels around it,
+// dkdv_kernel in both modes and the deterministic dq_kernel, behind one launch function. The
+// build generates one translation unit per (dtype, head_dim) that expands
+// FLASHCUTE_SM80_BACKWARD_INSTANTIATE (cmake/instantiate.cmake).
+#pragma once
+
+#include <utility>
+
+#include "kernels/backward/row_kernels.cuh"
+#include "kernels/device_attributes.hpp"
+#include "kernels/kernel_registry.hpp"
+#include "kernels/sm80/backward/dkdv_kernel.cuh"
+#include "kernels/sm80/backward/dq_kernel.cuh"
+#include "kernels/sm80/backward/traits.cuh"
+
+namespace flashcute::sm80::backward {
+
+// Tiles per head_dim bucket: (kBlockM, kBlockN) with the warps of the S/dP, dK/dV and dQ GEMMs
+// stacked along M as given, and two Q/dO stages where shared memory allows (every tile fits the
+// 163 KB of sm_80).
+template <class Element, int kHeadDim>
+struct DefaultTraits;
+template <class Element>
+struct DefaultTraits<Element, 64> {
+  using type = BackwardTraits<Element, 64, 64, 64, 4, 4, 4, 2>;
+};
+// 128 keys per block halve dQ's atomics and the Q/dO reloads against 64 keys.
+template <class Element>
+struct DefaultTraits<Element, 128> {
+  using type = BackwardTraits<Element, 128, 64, 128, 2, 4, 2, 2>;
+};
+// dK and dV of 256 columns fill the registers: 32 keys per block keep them at 64 per thread.
+template <class Element>
+struct DefaultTraits<Element, 256> {
+  using type = BackwardTraits<Element, 256, 64, 32, 4, 2, 4, 1>;
+};
+
+// Tag: one type per kernel (kernels of one signature share their pointer type).
+template <class Tag, class Kernel>
+cudaError_t allow_smem(Kernel kernel, int bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  int device = 0;  // the caller made the tensors' device current
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return configure_once_per_device<Tag>(device, [&] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  });
+}
+
+template <class Traits>
+cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  cudaError_t err = cudaSuccess;
+  if (!p.deterministic) {
+    err = cudaMemsetAsync(p.dq_accum, 0, size_t(p.total_q) * p.dq_accum_row_stride * sizeof(float),
+                          stream);
+    if (err != cudaSuccess) return err;
+  }
+  dim3 const row_grid = flashcute::backward::row_kernel_grid(p);
+  if (p.seqlen_q > 0) {
+    flashcute::backward::dout_dot_out_kernel<Element>
+        <<<row_grid, flashcute::backward::kRowThreads, 0, stream>>>(p);
+  }
+  if (p.seqlen_k > 0) {
+    auto const kernel = p.deterministic ? dkdv_kernel<Traits, false> : dkdv_kernel<Traits, true>;
+    err = p.deterministic
+              ? allow_smem<std::pair<Traits, std::false_type>>(kernel, Traits::kSmemBytes)
+              : allow_smem<std::pair<Traits, std::true_type>>(kernel, Traits::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
+    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  }
+  if (p.seqlen_q > 0) {
+    if (p.deterministic) {
+      auto const kernel = dq_kernel<Traits>;
+      err = allow_smem<std::pair<Traits, std::integral_constant<int, 2>>>(kernel,
+                                                                          Traits::kSmemBytesDq);
+      if (err != cudaSuccess) return err;
+      dim3 const grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
+      kernel<<<grid, Traits::kNThreads, Traits::kSmemBytesDq, stream>>>(p);
+    } else {
+      flashcute::backward::dq_from_accum_kernel<Element>
+          <<<row_grid, flashcute::backward::kRowThreads, 0, stream>>>(p);
+    }
+  }
+  return cudaGetLastError();
+}
+
+template <class Element, int kHeadDim>
+void add_backward_kernels(BackwardKernelTable& table) {
+  using Traits = typename DefaultTraits<Element, kHeadDim>::type;
+  BackwardKernelEntry entry{};
+  entry.family = FC_FAMILY_SM80;
+  entry.dtype = dtype_of<Element>();
+  entry.head_dim = kHeadDim;
+  entry.smem_bytes = size_t(std::max(Traits::kSmemBytes, Traits::kSmemBytesDq));
+  entry.launch = &launch<Traits>;
+  table.push_back(entry);
+}
+
+}  // namespace flashcute::sm80::backward
+
+#define FLASHCUTE_SM80_BACKWARD_INSTANTIATE(Element, dtype, head_dim)            \
+  namespace flashcute::sm80_backward {                                           \
+  void register_##dtype##_hd##head_dim(BackwardKernelTable& table) {             \
+    ::flashcute::sm80::backward::add_backward_kernels<Element, head_dim>(table); \
+  }                                                                              \
+  }
