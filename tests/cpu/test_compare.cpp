@@ -94,6 +94,45 @@ TEST(Compare, ZeroReferenceNeedsExactZeros) {
       compare_output(out.data(), r.data(), 64, FC_FLOAT16, default_tolerance(FC_FLOAT16)).pass);
 }
 
+// Without cancellation (terms a few times the values) a gradient is compared as an output.
+TEST(Compare, GradientWithoutCancellationIsAnOutput) {
+  const std::vector<double> r = normal_reference(10000);
+  std::vector<double> terms(r.size());
+  for (size_t i = 0; i < r.size(); ++i) terms[i] = 3 * std::fabs(r[i]);
+  std::vector<float> out(r.begin(), r.end());
+  out[42] += 2.0f;  // beyond 8 ulps of either type at the largest value (below 8)
+  for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16}) {
+    const ref::Comparison a = compare_output(out.data(), r.data(), r.size(), dtype, {2e-2, 8.0});
+    const ref::Comparison g = ref::compare_gradient(out.data(), r.data(), terms.data(), r.size(),
+                                                    dtype, {2e-2, 8.0}, 1e-2);
+    EXPECT_EQ(g.pass, a.pass);
+    EXPECT_DOUBLE_EQ(g.rel_l2, a.rel_l2);
+    EXPECT_EQ(g.abs_bound, a.abs_bound);
+    EXPECT_FALSE(g.pass) << g.summary();  // the one large error
+  }
+}
+
+// A gradient that cancels to nothing (here exactly 0) is judged against a share of its terms: fp32
+// noise passes, an error of the terms' size does not, and NaN never does.
+TEST(Compare, CancelledGradientIsJudgedByItsTerms) {
+  const std::vector<double> r(256, 0.0), terms(256, 2.0);
+  std::vector<float> out(256, 0.0f);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = (i % 2 ? 1 : -1) * 3e-7f;
+  EXPECT_FALSE(compare_output(out.data(), r.data(), r.size(), FC_BFLOAT16, {2e-2, 8.0}).pass);
+  EXPECT_TRUE(ref::compare_gradient(out.data(), r.data(), terms.data(), r.size(), FC_BFLOAT16,
+                                    {2e-2, 8.0}, 1e-2)
+                  .pass);
+  out[7] = 0.5f;
+  EXPECT_FALSE(ref::compare_gradient(out.data(), r.data(), terms.data(), r.size(), FC_BFLOAT16,
+                                     {2e-2, 8.0}, 1e-2)
+                   .pass);
+  out[7] = NAN;
+  const ref::Comparison c = ref::compare_gradient(out.data(), r.data(), terms.data(), r.size(),
+                                                  FC_BFLOAT16, {2e-2, 8.0}, 1e-2);
+  EXPECT_FALSE(c.pass);
+  EXPECT_EQ(c.nan_count, 1u);
+}
+
 TEST(Compare, LseInfinityAndNan) {
   const std::vector<double> r = {1.5, INFINITY, -300.0, 20.0};
   std::vector<float> out = {1.5004f, INFINITY, -300.05f, 20.0f};

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -18,38 +19,10 @@ namespace flashcute {
 namespace testing {
 namespace {
 
-// Guard elements on each side of every output; 64 keeps the views 16-byte aligned.
-constexpr int64_t kGuard = 64;
 // Up to this many multiply-adds the CPU fp64 reference is used; host copies are kept up to 4x more
 // so the GPU reference can be checked against the CPU one.
 constexpr double kCpuReferenceWork = 1 << 24;
 constexpr double kHostCopyWork = 1 << 26;
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    ADD_FAILURE() << what << ": " << cudaGetErrorString(e);
-    throw std::runtime_error(what);
-  }
-}
-
-// Calls f(canonical_row, element_offset) for each (sequence, token, head) row of a Q-like (query)
-// or K-like tensor, in canonical order.
-template <typename F>
-void for_each_row(const ref::Problem& p, bool query, int heads, const ref::Layout& l, F f) {
-  int64_t row = 0;
-  for (int b = 0; b < p.batch; ++b) {
-    const int64_t n = query ? p.seq_q(b) : p.seq_k(b);
-    const int64_t t0 = query ? p.q_token0(b) : p.k_token0(b);
-    const int64_t base = p.varlen() ? 0 : b * l.batch_stride;
-    for (int64_t i = 0; i < n; ++i)
-      for (int h = 0; h < heads; ++h) f(row++, base + (t0 + i) * l.seq_stride + h * l.head_stride);
-  }
-}
-
-int64_t tokens(const ref::Problem& p, bool query) {
-  if (p.varlen()) return query ? p.cu_seqlens_q.back() : p.cu_seqlens_k.back();
-  return int64_t{p.batch} * (query ? p.seqlen_q : p.seqlen_k);
-}
 
 ref::Layout packed(const ref::Problem& p, int64_t seqlen, int64_t heads) {
   return ref::packed_layout(seqlen, heads, p.head_dim);
@@ -84,6 +57,18 @@ const char* placement_name(Placement p) {
 }
 
 }  // namespace
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    ADD_FAILURE() << what << ": " << cudaGetErrorString(e);
+    throw std::runtime_error(what);
+  }
+}
+
+int64_t tokens(const ref::Problem& p, bool query) {
+  if (p.varlen()) return query ? p.cu_seqlens_q.back() : p.cu_seqlens_k.back();
+  return int64_t{p.batch} * (query ? p.seqlen_q : p.seqlen_k);
+}
 
 int device_count() {
   static const int count = [] {
@@ -122,6 +107,28 @@ ref::Problem dense_problem(int batch, int seqlen_q, int seqlen_k, int heads, int
   p.head_dim = head_dim;
   p.softmax_scale = float(1.0 / std::sqrt(double(head_dim)));
   return p;
+}
+
+void set_varlen(ref::Problem& p, const std::vector<int>& q_lengths,
+                const std::vector<int>& k_lengths) {
+  p.batch = int(q_lengths.size());
+  p.cu_seqlens_q = {0};
+  p.cu_seqlens_k = {0};
+  p.seqlen_q = p.seqlen_k = 0;
+  for (size_t b = 0; b < q_lengths.size(); ++b) {
+    p.cu_seqlens_q.push_back(p.cu_seqlens_q.back() + q_lengths[b]);
+    p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + k_lengths[b]);
+    p.seqlen_q = std::max(p.seqlen_q, q_lengths[b]);
+    p.seqlen_k = std::max(p.seqlen_k, k_lengths[b]);
+  }
+}
+
+std::vector<float> random_slopes(size_t n) {
+  std::mt19937 rng(uint32_t(ref::fresh_seed()));
+  std::uniform_real_distribution<float> slope(0.01f, 1.0f);
+  std::vector<float> s(n);
+  for (float& x : s) x = slope(rng);
+  return s;
 }
 
 std::string Case::describe() const {

@@ -27,6 +27,26 @@ bool small_mode();
 // FLASHCUTE_TEST_MAX_CASES=n keeps n of the all-pairs cases, evenly spread (0 or unset: all).
 size_t case_limit();
 
+// Fails the test and throws when e is an error (the suite's cases end there).
+void cuda_ok(cudaError_t e, const char* what);
+
+// Tokens of a Q-like (query) or K-like tensor: batch * seqlen, or the packed total when varlen.
+int64_t tokens(const ref::Problem& p, bool query);
+
+// Calls f(canonical_row, element_offset) for each (sequence, token, head) row of a Q-like (query)
+// or K-like tensor, in canonical order.
+template <typename F>
+void for_each_row(const ref::Problem& p, bool query, int heads, const ref::Layout& l, F f) {
+  int64_t row = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    const int64_t n = query ? p.seq_q(b) : p.seq_k(b);
+    const int64_t t0 = query ? p.q_token0(b) : p.k_token0(b);
+    const int64_t base = p.varlen() ? 0 : b * l.batch_stride;
+    for (int64_t i = 0; i < n; ++i)
+      for (int h = 0; h < heads; ++h) f(row++, base + (t0 + i) * l.seq_stride + h * l.head_stride);
+  }
+}
+
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t bytes);
@@ -61,6 +81,14 @@ struct Case {
 ref::Problem dense_problem(int batch, int seqlen_q, int seqlen_k, int heads, int heads_k,
                            int head_dim);
 
+// Variable-length offsets from per-sequence lengths; batch, seqlen_q and seqlen_k become the
+// count and the maxima.
+void set_varlen(ref::Problem& p, const std::vector<int>& q_lengths,
+                const std::vector<int>& k_lengths);
+
+// n ALiBi slopes drawn uniformly from [0.01, 1].
+std::vector<float> random_slopes(size_t n);
+
 // A case's inputs on the current device, with host copies when the CPU reference will need them.
 struct Inputs {
   Case c;
@@ -87,6 +115,9 @@ struct KernelChoice {
 };
 // Automatic first, then every compiled tile of every family this device can run.
 std::vector<KernelChoice> kernel_choices(fc_dtype dtype, int head_dim);
+
+// Guard elements on each side of every output; 64 keeps the views 16-byte aligned.
+constexpr int64_t kGuard = 64;
 
 // Outputs of one call, with guard regions around them: every element the call must not write is
 // still poison afterwards.

@@ -3,9 +3,6 @@
 // refuse a feature with FC_ERROR_UNSUPPORTED (printed as a note); the automatic choice never may.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <random>
-
 #include "gpu_harness.hpp"
 
 namespace flashcute {
@@ -13,29 +10,6 @@ namespace testing {
 namespace {
 
 constexpr bool kAllowUnsupported = true;
-
-std::vector<float> random_slopes(size_t n) {
-  std::mt19937 rng(uint32_t(ref::fresh_seed()));
-  std::uniform_real_distribution<float> slope(0.01f, 1.0f);
-  std::vector<float> s(n);
-  for (float& x : s) x = slope(rng);
-  return s;
-}
-
-// Variable-length offsets from per-sequence lengths; seqlen_q/k become the maxima.
-void set_varlen(ref::Problem& p, const std::vector<int>& q_lengths,
-                const std::vector<int>& k_lengths) {
-  p.batch = int(q_lengths.size());
-  p.cu_seqlens_q = {0};
-  p.cu_seqlens_k = {0};
-  p.seqlen_q = p.seqlen_k = 0;
-  for (size_t b = 0; b < q_lengths.size(); ++b) {
-    p.cu_seqlens_q.push_back(p.cu_seqlens_q.back() + q_lengths[b]);
-    p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + k_lengths[b]);
-    p.seqlen_q = std::max(p.seqlen_q, q_lengths[b]);
-    p.seqlen_k = std::max(p.seqlen_k, k_lengths[b]);
-  }
-}
 
 TEST(Features, LseIsOptional) {
   FC_REQUIRE_GPU();

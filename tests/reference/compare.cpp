@@ -52,6 +52,34 @@ Comparison compare_output(const float* out, const Ref* ref, size_t n, fc_dtype d
   return c;
 }
 
+Comparison compare_gradient(const float* out, const double* ref, const double* terms, size_t n,
+                            fc_dtype dtype, Tolerance tolerance, double floor) {
+  Comparison c;
+  c.count = n;
+  double err2 = 0, ref2 = 0, terms2 = 0, max_terms = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double r = ref[i], e = std::fabs(double(out[i]) - r);
+    if (!std::isfinite(double(out[i])) || !std::isfinite(r)) {
+      if (c.nan_count++ == 0) c.worst_index = i;
+      continue;
+    }
+    err2 += e * e;
+    ref2 += r * r;
+    terms2 += terms[i] * terms[i];
+    c.max_abs_ref = std::fmax(c.max_abs_ref, std::fabs(r));
+    max_terms = std::fmax(max_terms, terms[i]);
+    if (e > c.max_abs_err) {
+      c.max_abs_err = e;
+      if (c.nan_count == 0) c.worst_index = i;
+    }
+  }
+  const double norm = std::fmax(std::sqrt(ref2), floor * std::sqrt(terms2));
+  c.rel_l2 = norm > 0 ? std::sqrt(err2) / norm : (err2 > 0 ? INFINITY : 0.0);
+  c.abs_bound = tolerance.max_ulps * ulp_at(std::fmax(c.max_abs_ref, floor * max_terms), dtype);
+  c.pass = c.nan_count == 0 && c.rel_l2 <= tolerance.rel_l2 && c.max_abs_err <= c.abs_bound;
+  return c;
+}
+
 template <typename Ref>
 Comparison compare_lse(const float* out, const Ref* ref, size_t n) {
   Comparison c;

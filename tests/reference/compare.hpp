@@ -40,6 +40,14 @@ template <typename Ref>
 Comparison compare_output(const float* out, const Ref* ref, size_t n, fc_dtype dtype,
                           Tolerance tolerance);
 
+// Gradients: compare_output's figures, but the L2 error is measured against
+// max(||ref||, floor * ||terms||) and the max error in ulps at max(max |ref|, floor * max |terms|),
+// where terms holds each element's sum of absolute terms (CpuBackwardOutput::dq_terms, ...). A
+// gradient that cancels far below its terms is held to the rounding its terms allow rather than to
+// its own, much smaller, size; elsewhere ||ref|| is the larger and this is compare_output.
+Comparison compare_gradient(const float* out, const double* ref, const double* terms, size_t n,
+                            fc_dtype dtype, Tolerance tolerance, double floor);
+
 // LSE: |out - ref| <= 2e-4 * (1 + |ref|); an infinite reference requires the same infinity.
 template <typename Ref>
 Comparison compare_lse(const float* out, const Ref* ref, size_t n);

@@ -33,6 +33,15 @@ int64_t Problem::lse_index(int b, int64_t i, int h) const {
   return (int64_t{b} * heads + h) * seqlen_q + i;
 }
 
+int64_t Problem::kv_rows() const {
+  return varlen() ? cu_seqlens_k[batch] : int64_t{batch} * seqlen_k;
+}
+
+int64_t Problem::kv_index(int b, int64_t j, int h) const {
+  const int64_t row = varlen() ? cu_seqlens_k[b] + j : int64_t{b} * seqlen_k + j;
+  return (row * heads_k + h) * head_dim;
+}
+
 double Problem::work() const {
   double total = 0;
   for (int b = 0; b < batch; ++b) total += double(seq_q(b)) * seq_k(b);

@@ -54,6 +54,12 @@ struct Problem {
   // Canonical LSE: (batch, heads, seqlen_q), or (heads, total_q) when variable length, like the
   // API.
   int64_t lse_index(int b, int64_t i, int h) const;
+  // Rows of a canonical K-like tensor: batch * seqlen_k, or total key tokens when variable length.
+  int64_t kv_rows() const;
+  int64_t kv_elements() const { return kv_rows() * heads_k * head_dim; }
+  // Canonical dK and dV: (kv_rows, heads_k, head_dim), row = b * seqlen_k + j or cu_seqlens_k[b] +
+  // j.
+  int64_t kv_index(int b, int64_t j, int h) const;
   // Multiply-adds of Q K^T and P V summed over sequences, for sizing a reference.
   double work() const;
 };
