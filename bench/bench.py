@@ -12,9 +12,10 @@ in a moment the others do not share.
 bench/README.md describes the JSON. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
 "torch_cudnn", "torch_efficient" (SDPA with that backend forced). One that cannot run a row is left
-out of it. Feature rows carry "kind": gqa, varlen, window, lse.
+out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, and bwd (the backward:
+ours and SDPA's flash and cuDNN backends through autograd; measured only when asked for, --kinds).
 
-Usage: python3 bench/bench.py [--quick] [--rows REGEX] [--out DIR_OR_FILE.json]
+Usage: python3 bench/bench.py [--kinds KIND,...] [--quick] [--rows REGEX] [--out DIR_OR_FILE.json]
 The library comes from the installed flashcute wheel, or FLASHCUTE_LIB=/path/libflashcute.so with
 the package taken from this repository's python/ folder.
 """
@@ -55,6 +56,12 @@ PEERS = {
 }
 # Ours is checked against a peer's output before its time counts: a wrong kernel posts no number.
 CHECK_REL_L2 = 3e-2
+# (name, family) of our implementations; "ours" is the library's own choice.
+OUR_FAMILIES = (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90"))
+# The backward's peers: SDPA's backward through autograd on these backends.
+BWD_PEERS = ("torch_flash", "torch_cudnn")
+# The backward does about 2.5 times the forward's matrix-multiply work (5 GEMMs against 2).
+BWD_FLOPS_FACTOR = 2.5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,16 +106,44 @@ def feature_rows():
     return rows
 
 
+def bwd_rows():
+    """The backward, bf16: the seed default, the 36 sweep shapes and a 4:1 GQA shape."""
+    shapes = [(4, 8192, 16, 128, None)]
+    for d in (64, 128, 256):
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
+            shapes.append((16384 // s, s, 2048 // d, d, None))
+    shapes.append((2, 8192, 32, 128, 8))
+    return [row(b, s, h, d, causal, hk=hk, kind="bwd") for b, s, h, d, hk in shapes
+            for causal in (False, True)]
+
+
+def kind_of(r):
+    return r.get("kind", "plain")
+
+
+# Every kind bench.py measures, and those a run measures unless --kinds names others: the backward
+# (40 rows, some 3 to 5 minutes on an H200) only when asked for.
+KINDS = ("plain", "gqa", "varlen", "varlen_short", "window", "lse", "bwd")
+DEFAULT_KINDS = tuple(k for k in KINDS if k != "bwd")
+
+
+def all_rows():
+    return plain_rows() + feature_rows() + bwd_rows()
+
+
+def is_quick(r):
+    """Whether --quick keeps the row: the seed default, one short row, one causal row per kind."""
+    kind = kind_of(r)
+    if kind == "bwd":
+        return (r["b"], r["sq"], r["h"]) == (4, 8192, 16)
+    seed = (r["b"], r["sq"], r["h"]) == (4, 8192, 16) and r["dtype"] == "bf16" and kind == "plain"
+    small = r["d"] == 64 and r["sq"] == 1024 and not r["causal"] and kind == "plain"
+    feature = kind != "plain" and (kind != "window" or r["window"] == [1024, 0])
+    return seed or small or (feature and r["causal"])
+
+
 def quick_rows():
-    keep = []
-    for r in plain_rows() + feature_rows():
-        seed = ((r["b"], r["sq"], r["h"]) == (4, 8192, 16) and r["dtype"] == "bf16"
-                and "kind" not in r)
-        small = r["d"] == 64 and r["sq"] == 1024 and not r["causal"] and "kind" not in r
-        feature = "kind" in r and (r["kind"] != "window" or r["window"] == [1024, 0])
-        if seed or small or (feature and r["causal"]):
-            keep.append(r)
-    return keep
+    return [r for r in plain_rows() + feature_rows() if is_quick(r)]
 
 
 def label(r):
@@ -122,8 +157,11 @@ def label(r):
 
 def flops(r):
     """4 b h sq sk d, halved for causal when sq == sk; windows count the pairs
-    they keep and varlen rows sum over their sequences (padding does no useful work)."""
+    they keep and varlen rows sum over their sequences (padding does no useful work); the backward
+    is rated at 2.5 times its forward."""
     kind = r.get("kind")
+    if kind == "bwd":
+        return BWD_FLOPS_FACTOR * dense_flops(r)
     if kind == "window":
         pairs = mask.visible_pairs(r["sq"], r["sk"], r["causal"], tuple(r["window"]))
         return 4 * r["b"] * r["h"] * r["d"] * pairs
@@ -195,7 +233,7 @@ def our_callables(r, q, k, v):
     window = tuple(r["window"]) if kind == "window" else (-1, -1)
     options = dict(causal=r["causal"], window_size=window, return_lse=kind == "lse")
     calls = {}
-    for name, family in (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90")):
+    for name, family in OUR_FAMILIES:
         if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
             continue
         calls[name] = (
@@ -213,7 +251,7 @@ def varlen_callables(r, q, k, v):
     vp = torch.cat([v[i, :n] for i, n in enumerate(lengths)])
     longest = max(lengths)
     calls = {}
-    for name, family in (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90")):
+    for name, family in OUR_FAMILIES:
         if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
             continue
         calls[name] = (lambda fam: lambda: flashcute.forward(
@@ -284,7 +322,88 @@ def run_row(r, args, log):
         # ours / ours_padded compares per-FLOP rates; every other column counts useful work.
         rated = dense_flops(r) if name == "ours_padded" else work
         timed[name] = (fn, contextlib.nullcontext, rated)
+    return time_row(r, timed, args, log)
 
+
+def bwd_peer_callables(r, q, k, v, dout, log):
+    """SDPA's backward through autograd, per backend that runs the row: (B, H, S, D) leaf copies of
+    q, k, v with requires_grad, a forward once under that backend, then the timed call
+    torch.autograd.grad(out, (q, k, v), dout, retain_graph=True). Returns name -> callable and the
+    first backend's (dq, dk, dv) as (B, S, H, D) views, or None when no backend runs the row."""
+    leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
+    dout_t = dout.transpose(1, 2).contiguous()
+    kwargs = dict(is_causal=r["causal"])  # top-left; the same as bottom-right here (sq == sk)
+    if r["h"] != r["hk"]:
+        kwargs["enable_gqa"] = True
+    calls, reference = {}, None
+    for name in BWD_PEERS:
+        # SDPA explains a refusal in warnings and then raises "No available kernel".
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel(PEERS[name]):
+                    out = F.scaled_dot_product_attention(*leaves, **kwargs)
+                # The backward runs the kernel the forward chose; no backend context is needed.
+                grads = torch.autograd.grad(out, leaves, dout_t, retain_graph=True)
+                torch.cuda.synchronize()
+            except RuntimeError as error:
+                reasons = [str(w.message).splitlines()[0] for w in caught] + [str(error)]
+                log(f"  {name}: left out ({'; '.join(reasons)[:200]})")
+                continue
+        calls[name] = (lambda o: lambda: torch.autograd.grad(o, leaves, dout_t,
+                                                             retain_graph=True))(out)
+        if reference is None:
+            reference = [g.transpose(1, 2) for g in grads]
+        del grads
+    return calls, reference
+
+
+def bwd_our_callable(backward, q, k, v, dout, causal, family):
+    """Our forward once (with the LSE), then a callable that runs the backward alone."""
+    out, lse = flashcute.forward(q, k, v, causal=causal, return_lse=True, family=family)
+    return lambda: backward(dout, q, k, v, out, lse, causal=causal, family=family)
+
+
+def run_bwd_row(r, args, log):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    q, k, v = make_inputs(r, gen)
+    dout = torch.randn(q.shape, generator=gen, device=q.device, dtype=q.dtype)
+    work = flops(r)
+    # name -> (callable, context manager factory, FLOPs it is rated by)
+    timed = {}
+    peers, reference = bwd_peer_callables(r, q, k, v, dout, log)
+    for name, fn in peers.items():
+        timed[name] = (fn, contextlib.nullcontext, work)
+
+    backward = getattr(flashcute, "backward", None)
+    families = OUR_FAMILIES
+    if backward is None:
+        log("  ours: left out (this flashcute has no backward)")
+        families = ()
+    for name, family in families:
+        if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
+            continue
+        try:
+            fn = bwd_our_callable(backward, q, k, v, dout, r["causal"], family)
+            grads = fn()
+            torch.cuda.synchronize()
+        except (flashcute.FlashCuteError, ValueError, NotImplementedError) as error:
+            log(f"  {name}: left out ({error})")
+            continue
+        if reference is not None:
+            errors = [rel_l2(g, ref) for g, ref in zip(grads, reference)]
+            if not max(errors) <= CHECK_REL_L2:
+                log(f"  {name}: WRONG (relative L2 of dq, dk, dv against SDPA "
+                    f"{', '.join(f'{e:.3g}' for e in errors)}): not timed")
+                continue
+        del grads
+        timed[name] = (fn, contextlib.nullcontext, work)
+    return time_row(r, timed, args, log)
+
+
+def time_row(r, timed, args, log):
+    """Times `timed` (name -> (callable, context factory, FLOPs)) and returns the row's entry."""
     # The clock and power state drift while a row runs, so no implementation may own one moment:
     # each round times every implementation once, the order rotating between rounds, and a
     # figure is the median of its rounds.
@@ -332,7 +451,8 @@ def output_path(out, gpu_name):
 
 
 def summary(rows):
-    """One line a row: each implementation's TFLOP/s and ours / cuDNN."""
+    """One line a row: each implementation's TFLOP/s and ours / cuDNN (and, for the backward,
+    ours_sm80 / SDPA flash, FlashAttention-2's backward)."""
     names = ["ours", "ours_sm80", "ours_sm90", "torch_flash", "torch_cudnn", "torch_efficient"]
     short = ["ours", "sm80", "sm90", "flash", "cudnn", "effic"]
     mha = {(r["b"], r["sq"], r["h"], r["d"], r["causal"], r["dtype"]): r["tflops"].get("ours")
@@ -350,6 +470,8 @@ def summary(rows):
                 note = f"  vs MHA row {t['ours'] / base:.2f}"
         elif r.get("kind") in VARLEN_KINDS and t.get("ours") and t.get("ours_padded"):
             note = f"  vs padded per FLOP {t['ours'] / t['ours_padded']:.2f}"
+        elif r.get("kind") == "bwd" and t.get("ours_sm80") and t.get("torch_flash"):
+            note = f"  sm80/flash {t['ours_sm80'] / t['torch_flash']:.2f}"
         elif r.get("kind") == "window" and t.get("ours"):
             note = f"  ours {flops(r) / (t['ours'] * 1e12) * 1e3:.3f} ms"
         lines.append(f"{label(r):<50}{cells}{ratio}{note}")
@@ -358,8 +480,13 @@ def summary(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few rows, for smoke tests")
-    parser.add_argument("--rows", help="regular expression over row labels, e.g. 'plain.*d128'")
+    parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+                        help=f"comma-separated kinds of rows to measure, among {', '.join(KINDS)}, "
+                        "or 'all' (default: all but bwd)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few rows of the chosen kinds, for smoke tests")
+    parser.add_argument("--rows", help="regular expression over row labels, e.g. 'plain.*d128' "
+                        "or 'bwd.*d128' (the backward's d 128 sweep, seed and GQA rows)")
     parser.add_argument("--out", help="output folder, or a .json path (default bench/results/)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=30)
@@ -373,12 +500,21 @@ def main():
         parser.error("GPU time takes at least 5 warm-up calls and 20 timed calls")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    kinds = list(KINDS) if kinds == ["all"] else kinds
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown or not kinds:
+        parser.error(f"--kinds: {', '.join(unknown) or 'none given'}; known: {', '.join(KINDS)}")
     if not torch.cuda.is_available():
         sys.exit("bench.py needs a CUDA device")
 
-    rows = quick_rows() if args.quick else plain_rows() + feature_rows()
+    rows = [r for r in all_rows() if kind_of(r) in kinds]
+    if args.quick:
+        rows = [r for r in rows if is_quick(r)]
     if args.rows:
         rows = [r for r in rows if re.search(args.rows, label(r))]
+    if not rows:
+        parser.error(f"no row of the kinds {', '.join(kinds)} matches (bwd rows need --kinds bwd)")
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"library {flashcute.library_path()}", flush=True)
@@ -386,12 +522,16 @@ def main():
     results = []
     with torch.inference_mode():
         warm_up_gpu()
-        for r in rows:
-            print(label(r), flush=True)
-            entry = run_row(r, args, lambda line: print(line, flush=True))
-            print("  " + ", ".join(f"{n} {v}" for n, v in entry["tflops"].items()), flush=True)
-            results.append(entry)
-            torch.cuda.empty_cache()
+    for r in rows:
+        print(label(r), flush=True)
+        # The forward rows run without autograd; the backward rows need it.
+        backward = kind_of(r) == "bwd"
+        with torch.inference_mode(not backward), torch.set_grad_enabled(backward):
+            measure = run_bwd_row if backward else run_row
+            entry = measure(r, args, lambda line: print(line, flush=True))
+        print("  " + ", ".join(f"{n} {v}" for n, v in entry["tflops"].items()), flush=True)
+        results.append(entry)
+        torch.cuda.empty_cache()
 
     document = {
         "gpu": gpu,
@@ -404,12 +544,12 @@ def main():
     if args.merge:
         # The measured kinds' rows are replaced; each new row names the commit and date it was
         # measured at, since the file's own fields stay those of the earlier run.
-        measured = {r.get("kind", "plain") for r in results}
+        measured = {kind_of(r) for r in results}
         for r in results:
             r.update(commit=document["commit"], date=document["date"])
         document = json.loads(pathlib.Path(args.merge).read_text())
         document["rows"] = [r for r in document["rows"]
-                            if r.get("kind", "plain") not in measured] + results
+                            if kind_of(r) not in measured] + results
     path = output_path(args.out or args.merge, gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")

@@ -1,4 +1,4 @@
-"""Framework-neutral argument checks and the filling of fc_forward_args.
+"""Framework-neutral argument checks and the filling of fc_forward_args and fc_backward_args.
 
 Each front end (torch, DLPack) describes its arrays as TensorDesc and calls these checks, so a bad
 argument gets the same exception and message whatever framework it came from, before the library
@@ -87,7 +87,7 @@ def _as_int(name, value, minimum):
 def check_dropout(dropout_p):
     if dropout_p != 0.0:
         raise NotImplementedError(
-            f"dropout_p={dropout_p}: flashcute has no dropout (forward inference only); pass 0.0")
+            f"dropout_p={dropout_p}: flashcute has no dropout; pass 0.0")
 
 
 def _check_cuda(t):
@@ -191,6 +191,35 @@ def check_alibi(alibi, problem):
         raise ValueError(f"alibi_slopes must have a contiguous last dimension, got {alibi.strides}")
 
 
+def check_backward(problem, dout, out, lse):
+    """The backward's extra inputs: dout and out as q (shape, dtype, device, a layout the kernels
+    read in place); softmax_lse as the forward writes it, fp32 and dense, because the library takes
+    its pointer alone."""
+    for t in (dout, out, lse):
+        if t.device != problem.device:
+            raise ValueError(
+                f"{t.name} is on {t.device_str()} but q is on "
+                f"{problem.device[0]}:{problem.device[1]}; they must match")
+    for t in (dout, out):
+        if t.dtype != problem.dtype:
+            raise TypeError(
+                f"{t.name} has dtype {t.dtype} but q has {problem.dtype}; they must match")
+        if tuple(t.shape) != problem.out_shape():
+            raise ValueError(
+                f"{t.name} must have q's shape {problem.out_shape()}, got {tuple(t.shape)}")
+        _check_layout(t)
+    if lse.dtype != "fp32":
+        raise TypeError(f"softmax_lse must have dtype float32, got {lse.dtype}")
+    shape = problem.lse_shape()
+    if tuple(lse.shape) != shape:
+        layout = "(heads, total_q)" if problem.varlen else "(batch, heads, seqlen_q)"
+        raise ValueError(f"softmax_lse must have shape {layout} = {shape}, got {tuple(lse.shape)}")
+    dense = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    if any(n > 1 and s != d for n, s, d in zip(shape, lse.strides, dense)):
+        raise ValueError(
+            f"softmax_lse must be contiguous (strides {dense}), got strides {lse.strides}")
+
+
 def default_softmax_scale(head_dim):
     """FlashAttention's softmax_scale=None: 1 / sqrt(head_dim)."""
     return 1.0 / math.sqrt(head_dim)
@@ -250,12 +279,9 @@ def _fc_tensor(t, varlen):
     return lib.FcTensor(t.ptr, strides[0], strides[1], strides[2])
 
 
-def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seqlens_k=None,
-               alibi=None, stream=0):
-    """An fc_forward_args for the checked problem; descs must carry real pointers."""
-    args = lib.new_args()
+def _fill_common(args, problem, options, cu_seqlens_q, cu_seqlens_k, alibi, stream):
+    """The fields fc_forward_args and fc_backward_args share (same names, same meaning)."""
     args.abi_version = lib.ABI_VERSION
-    args.q, args.k, args.v, args.o = (_fc_tensor(t, problem.varlen) for t in (q, k, v, o))
     args.dtype = lib.DTYPE_CODES[problem.dtype]
     args.batch = problem.batch
     args.seqlen_q = problem.seqlen_q
@@ -267,7 +293,6 @@ def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seq
         args.cu_seqlens_q = cu_seqlens_q.ptr
         args.cu_seqlens_k = cu_seqlens_k.ptr
         args.total_q = problem.total_q
-    args.softmax_lse = lse.ptr if lse is not None else None
     args.softmax_scale = options.softmax_scale
     args.causal = int(options.causal)
     args.causal_alignment = options.causal_alignment
@@ -278,9 +303,31 @@ def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seq
         args.alibi_slopes = alibi.ptr
         per_batch = len(alibi.shape) == 2 and alibi.shape[0] > 1
         args.alibi_batch_stride = alibi.strides[0] if per_batch else 0
-    args.tile = lib.FcTileConfig(*options.tile)
     args.family = options.family
     args.stream = stream or None
+
+
+def build_args(problem, options, q, k, v, o, lse=None, cu_seqlens_q=None, cu_seqlens_k=None,
+               alibi=None, stream=0):
+    """An fc_forward_args for the checked problem; descs must carry real pointers."""
+    args = lib.new_args()
+    _fill_common(args, problem, options, cu_seqlens_q, cu_seqlens_k, alibi, stream)
+    args.q, args.k, args.v, args.o = (_fc_tensor(t, problem.varlen) for t in (q, k, v, o))
+    args.softmax_lse = lse.ptr if lse is not None else None
+    args.tile = lib.FcTileConfig(*options.tile)
+    return args
+
+
+def build_backward_args(problem, options, q, k, v, o, dout, dq, dk, dv, lse, cu_seqlens_q=None,
+                        cu_seqlens_k=None, alibi=None, deterministic=False, stream=0):
+    """An fc_backward_args for the checked problem, without its workspace (the caller sizes it with
+    library.backward_workspace_size on these args, then sets workspace and workspace_bytes)."""
+    args = lib.new_backward_args()
+    _fill_common(args, problem, options, cu_seqlens_q, cu_seqlens_k, alibi, stream)
+    (args.q, args.k, args.v, args.o, args.dout, args.dq, args.dk, args.dv) = (
+        _fc_tensor(t, problem.varlen) for t in (q, k, v, o, dout, dq, dk, dv))
+    args.softmax_lse = lse.ptr
+    args.deterministic = int(deterministic)
     return args
 
 

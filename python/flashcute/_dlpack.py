@@ -4,7 +4,8 @@ Inputs are read by parsing the DLPack capsule (a DLManagedTensor, which starts w
 so no framework is imported to read them. Outputs are allocated in the caller's framework where it
 can allocate (CuPy); JAX arrays are immutable, so for JAX (and unknown producers) the output is
 allocated with torch when it is installed (it has bfloat16), else with CuPy, and JAX inputs get it
-back as a JAX array through jax.dlpack.from_dlpack.
+back as a JAX array through jax.dlpack.from_dlpack. The backward's gradients and workspace come
+from the same allocator.
 """
 
 import ctypes
@@ -143,7 +144,8 @@ class _CupyAllocator:
             raise TypeError(
                 "CuPy has no bfloat16 array type to hold the output; install torch, or use float16")
         with self._device:
-            return self._cupy.empty(shape, dtype={"fp16": "float16", "fp32": "float32"}[dtype])
+            return self._cupy.empty(
+                shape, dtype={"fp16": "float16", "fp32": "float32", "uint8": "uint8"}[dtype])
 
     @staticmethod
     def pointer(array):
@@ -162,7 +164,8 @@ class _TorchAllocator:
 
     def empty(self, shape, dtype):
         torch = self._torch
-        dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+        dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+                  "uint8": torch.uint8}
         return torch.empty(shape, dtype=dtypes[dtype], device=self._device)
 
     @staticmethod
@@ -201,16 +204,14 @@ def _out_desc(name, array, shape, dtype, device_index, pointer):
                               ptr=pointer(array), itemsize=4 if dtype == "fp32" else 2)
 
 
-def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-            options_fn, return_lse):
-    """Runs one call for DLPack inputs; options_fn(problem) checks the scalar options."""
-    inputs = [("q", q), ("k", k), ("v", v)]
-    if cu_seqlens_q is not None:
-        inputs += [("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)]
-    if alibi_slopes is not None:
-        inputs.append(("alibi_slopes", alibi_slopes))
-    # Every device is checked before any __dlpack__ call: the stream handed to a producer must
-    # belong to the device its array lives on.
+def _export(inputs):
+    """Exports (name, array) pairs, q first, on the stream the library will run on.
+
+    Returns (framework, device index, allocator, stream, capsules, descs). Every device is checked
+    before any __dlpack__ call: the stream handed to a producer must belong to the device its array
+    lives on. The caller keeps the capsules (and with them the producers' buffers) referenced until
+    its launch is queued; from then on the callers' own arrays keep the memory alive.
+    """
     devices = {name: _dlpack_device(x, name) for name, x in inputs}
     q_type, q_index = devices["q"]
     for name, (device_type, index) in devices.items():
@@ -221,21 +222,52 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
             raise ValueError(
                 f"{name} is on cuda:{index} but q is on cuda:{q_index}; they must match")
 
-    framework = _framework(q)
+    framework = _framework(inputs[0][1])
     allocator = _cached_allocator(framework, q_index)
     stream = allocator.stream()
     # DLPack reserves 0 for CUDA; 1 names the legacy default stream, which is what 0 means here.
     producer_stream = stream if stream else 1
     capsules = {name: x.__dlpack__(stream=producer_stream) for name, x in inputs}
     descs = {name: read_capsule(capsule, name) for name, capsule in capsules.items()}
+    return framework, q_index, allocator, stream, capsules, descs
 
+
+def _side_inputs(cu_seqlens_q, cu_seqlens_k, alibi_slopes):
+    inputs = []
+    if cu_seqlens_q is not None:
+        inputs += [("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)]
+    if alibi_slopes is not None:
+        inputs.append(("alibi_slopes", alibi_slopes))
+    return inputs
+
+
+def _check_problem(descs, max_seqlen_q, max_seqlen_k):
     dq, dk, dv = descs["q"], descs["k"], descs["v"]
-    if cu_seqlens_q is None:
+    if "cu_seqlens_q" not in descs:
         problem = _checks.check_dense(dq, dk, dv)
     else:
         problem = _checks.check_varlen(dq, dk, dv, descs["cu_seqlens_q"], descs["cu_seqlens_k"],
                                        max_seqlen_q, max_seqlen_k)
     _checks.check_alibi(descs.get("alibi_slopes"), problem)
+    return problem
+
+
+def _to_caller(framework, arrays):
+    """JAX inputs get JAX arrays back; every other framework its own arrays."""
+    if framework not in ("jax", "jaxlib"):
+        return arrays
+    import jax.dlpack
+
+    return tuple(None if a is None else jax.dlpack.from_dlpack(a) for a in arrays)
+
+
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+            options_fn, return_lse):
+    """Runs one call for DLPack inputs; options_fn(problem) checks the scalar options."""
+    inputs = [("q", q), ("k", k), ("v", v)]
+    inputs += _side_inputs(cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+    framework, q_index, allocator, stream, capsules, descs = _export(inputs)
+    problem = _check_problem(descs, max_seqlen_q, max_seqlen_k)
     options = options_fn(problem)
     _checks.check_pointers(descs.values())
 
@@ -246,21 +278,48 @@ def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ali
         lse = allocator.empty(problem.lse_shape(), "fp32")
         lse_desc = _out_desc("softmax_lse", lse, problem.lse_shape(), "fp32", q_index,
                              allocator.pointer)
-    args = _checks.build_args(problem, options, dq, dk, dv, out_desc, lse=lse_desc,
-                              cu_seqlens_q=descs.get("cu_seqlens_q"),
+    args = _checks.build_args(problem, options, descs["q"], descs["k"], descs["v"], out_desc,
+                              lse=lse_desc, cu_seqlens_q=descs.get("cu_seqlens_q"),
                               cu_seqlens_k=descs.get("cu_seqlens_k"),
                               alibi=descs.get("alibi_slopes"), stream=stream)
     _library.forward(args)
-    # The capsules (and with them the producers' buffers) stay referenced until the launch is
-    # queued; from here on the callers' own arrays keep the memory alive.
-    del capsules
+    del capsules  # the launch is queued
+    return _to_caller(framework, (out, lse))
 
-    if framework in ("jax", "jaxlib"):
-        import jax.dlpack
 
-        out = jax.dlpack.from_dlpack(out)
-        lse = jax.dlpack.from_dlpack(lse) if lse is not None else None
-    return out, lse
+def backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+             max_seqlen_k, alibi_slopes, options_fn, deterministic):
+    """(dq, dk, dv) for DLPack inputs, allocated as forward() allocates its output."""
+    inputs = [("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out),
+              ("softmax_lse", softmax_lse)]
+    inputs += _side_inputs(cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+    framework, q_index, allocator, stream, capsules, descs = _export(inputs)
+    problem = _check_problem(descs, max_seqlen_q, max_seqlen_k)
+    _checks.check_backward(problem, descs["dout"], descs["out"], descs["softmax_lse"])
+    options = options_fn(problem)
+    _checks.check_pointers(descs.values())
+
+    grads, grad_descs = [], []
+    for name in ("q", "k", "v"):
+        shape = descs[name].shape
+        grads.append(allocator.empty(shape, problem.dtype))
+        grad_descs.append(_out_desc(f"d{name}", grads[-1], shape, problem.dtype, q_index,
+                                    allocator.pointer))
+    args = _checks.build_backward_args(
+        problem, options, descs["q"], descs["k"], descs["v"], descs["out"], descs["dout"],
+        *grad_descs, descs["softmax_lse"], cu_seqlens_q=descs.get("cu_seqlens_q"),
+        cu_seqlens_k=descs.get("cu_seqlens_k"), alibi=descs.get("alibi_slopes"),
+        deterministic=deterministic, stream=stream)
+    # From the allocator of the stream the kernels run on: torch's and CuPy's pools hand a freed
+    # block out again only to work queued after them on that stream. Both align blocks to 512
+    # bytes (the library asks 256).
+    size = _library.backward_workspace_size(args)
+    if size:
+        workspace = allocator.empty((size,), "uint8")
+        args.workspace, args.workspace_bytes = allocator.pointer(workspace), size
+    _library.backward(args)
+    del capsules  # the launch is queued
+    return _to_caller(framework, tuple(grads))
 
 
 _FAST_DTYPES = {"fp16": _library.FLOAT16, "bf16": _library.BFLOAT16}

@@ -1,7 +1,7 @@
 """ctypes mirror of include/flashcute/flashcute.h and the loader of libflashcute.so.
 
-Nothing here touches a GPU: loading the library and filling an fc_forward_args need no device, so
-the CPU test suite exercises this module directly.
+Nothing here touches a GPU: loading the library and filling an fc_forward_args or fc_backward_args
+need no device, so the CPU test suite exercises this module directly.
 """
 
 import ctypes
@@ -87,6 +87,46 @@ class FcForwardArgs(ctypes.Structure):
     ]
 
 
+# fc_backward_args, under the same rule as FcForwardArgs (and compared with the header by the same
+# test).
+class FcBackwardArgs(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_int32),
+        ("q", FcTensor),
+        ("k", FcTensor),
+        ("v", FcTensor),
+        ("o", FcTensor),
+        ("dout", FcTensor),
+        ("dq", FcTensor),
+        ("dk", FcTensor),
+        ("dv", FcTensor),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("heads", ctypes.c_int64),
+        ("heads_k", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int64),
+        ("softmax_lse", ctypes.c_void_p),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("causal_alignment", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_batch_stride", ctypes.c_int64),
+        ("deterministic", ctypes.c_int32),
+        ("family", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_uint64),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 class FlashCuteError(RuntimeError):
     """A call into libflashcute failed; `status` is the fc_status, the message fc_last_error()."""
 
@@ -143,6 +183,14 @@ def load():
             lib.fc_forward_args_init.restype = None
             lib.fc_forward.argtypes = [ctypes.POINTER(FcForwardArgs)]
             lib.fc_forward.restype = ctypes.c_int
+            lib.fc_backward_args_init.argtypes = [ctypes.POINTER(FcBackwardArgs)]
+            lib.fc_backward_args_init.restype = None
+            lib.fc_backward_workspace_size.argtypes = [
+                ctypes.POINTER(FcBackwardArgs), ctypes.POINTER(ctypes.c_uint64),
+            ]
+            lib.fc_backward_workspace_size.restype = ctypes.c_int
+            lib.fc_backward.argtypes = [ctypes.POINTER(FcBackwardArgs)]
+            lib.fc_backward.restype = ctypes.c_int
             lib.fc_last_error.argtypes = []
             lib.fc_last_error.restype = ctypes.c_char_p
             lib.fc_compiled_tile_configs.argtypes = [
@@ -230,6 +278,25 @@ def new_args():
 def forward(args):
     """Calls fc_forward; a non-zero status becomes an exception carrying fc_last_error()."""
     _raise_for(load().fc_forward(ctypes.byref(args)))
+
+
+def new_backward_args():
+    """An fc_backward_args filled with the library's defaults."""
+    args = FcBackwardArgs()
+    load().fc_backward_args_init(ctypes.byref(args))
+    return args
+
+
+def backward_workspace_size(args):
+    """The workspace bytes fc_backward needs for args (the library checks args first)."""
+    size = ctypes.c_uint64()
+    _raise_for(load().fc_backward_workspace_size(ctypes.byref(args), ctypes.byref(size)))
+    return size.value
+
+
+def backward(args):
+    """Calls fc_backward; failures raise as forward()'s do."""
+    _raise_for(load().fc_backward(ctypes.byref(args)))
 
 
 def compiled_tile_configs(family, dtype, head_dim):

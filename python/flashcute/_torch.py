@@ -1,8 +1,11 @@
-"""The torch front end: a custom op (flashcute::fwd) so torch.compile and CUDA graphs see one node.
+"""The torch front end: custom ops (flashcute::fwd, flashcute::bwd) so torch.compile and CUDA graphs
+see one node per pass, with flashcute::fwd differentiable through flashcute::bwd.
 
 Imported only when a torch tensor is passed, so `import flashcute` works without torch. The Python
-wrapper checks metadata (traceable by dynamo); the op's real implementation, which alone sees data
-pointers, checks alignment and calls the library on the current torch stream of q's device.
+wrappers check metadata (traceable by dynamo); the ops' real implementations, which alone see data
+pointers, check alignment and call the library on the current torch stream of q's device. Outputs
+and the backward's workspace come from torch's allocator on that stream, so CUDA graph capture and
+custom allocators see every allocation.
 
 An eager call with plain tensors takes a shorter road (fast_forward): the custom op's dispatch
 alone costs several times a tiny kernel's run time, and nothing needs the op when no compiler,
@@ -39,6 +42,12 @@ def describe(t, name, with_ptr):
     )
 
 
+def _check_types(q, named):
+    for name, t in named:
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"q is a torch.Tensor, so {name} must be one too, got {type(t)}")
+
+
 def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
            with_ptr):
     dq, dk, dv = (describe(t, n, with_ptr) for t, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -53,6 +62,13 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alib
         dalibi = describe(alibi_slopes, "alibi_slopes", with_ptr)
         _checks.check_alibi(dalibi, problem)
     return problem, (dq, dk, dv, dcq, dck, dalibi)
+
+
+def _check_backward(problem, dout, out, lse, with_ptr):
+    descs = (describe(dout, "dout", with_ptr), describe(out, "out", with_ptr),
+             describe(lse, "softmax_lse", with_ptr))
+    _checks.check_backward(problem, *descs)
+    return descs
 
 
 @torch.library.custom_op("flashcute::fwd", mutates_args=(), device_types="cuda")
@@ -72,11 +88,14 @@ def _fwd(
     window_right: int,
     softcap: float,
     return_lse: bool,
+    deterministic: bool,
     family: int,
     m_block: int,
     n_block: int,
     num_threads: int,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic does nothing here (the forward pass always is); autograd keeps it for the
+    # backward.
     problem, (dq, dk, dv, dcq, dck, dalibi) = _check(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, True)
     _checks.check_pointers((dq, dk, dv, dcq, dck, dalibi))
@@ -97,7 +116,7 @@ def _fwd(
 @_fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
               softmax_scale, causal, causal_alignment, window_left, window_right, softcap,
-              return_lse, family, m_block, n_block, num_threads):
+              return_lse, deterministic, family, m_block, n_block, num_threads):
     if q.dim() == 4:
         batch, seqlen_q, heads, _ = q.shape
         lse_shape = (batch, heads, seqlen_q)
@@ -109,33 +128,141 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, a
     return out, lse
 
 
+@torch.library.custom_op("flashcute::bwd", mutates_args=(), device_types="cuda")
+def _bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    alibi_slopes: Optional[torch.Tensor],
+    softmax_scale: float,
+    causal: bool,
+    causal_alignment: int,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    family: int,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # Descriptors: of the inputs (named as the user knows them), then of the gradients.
+    problem, inputs = _check(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, True)
+    desc_dout, desc_out, desc_lse = _check_backward(problem, dout, out, lse, True)
+    _checks.check_pointers(inputs + (desc_dout, desc_out, desc_lse))
+    desc_q, desc_k, desc_v, desc_cq, desc_ck, desc_alibi = inputs
+    grads = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    options = _checks.Options(softmax_scale, causal, causal_alignment, window_left, window_right,
+                              softcap, family, (0, 0, 0))
+    args = _checks.build_backward_args(
+        problem, options, desc_q, desc_k, desc_v, desc_out, desc_dout,
+        *(describe(g, name, True) for g, name in zip(grads, ("dq", "dk", "dv"))), desc_lse,
+        cu_seqlens_q=desc_cq, cu_seqlens_k=desc_ck, alibi=desc_alibi,
+        deterministic=deterministic, stream=torch.cuda.current_stream(q.device).cuda_stream)
+    # Allocated on the stream the kernels run on: the caching allocator hands the block out again
+    # only to work queued after them. Its blocks are 512-byte aligned (the library asks 256).
+    size = _library.backward_workspace_size(args)
+    if size:
+        workspace = torch.empty((size,), dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), size
+    _library.backward(args)
+    return grads
+
+
+@_bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+              alibi_slopes, softmax_scale, causal, causal_alignment, window_left, window_right,
+              softcap, deterministic, family):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _kernel_readable(t):
+    """t when the kernels can read it where it lies (the layout the checks accept), else a
+    contiguous copy. Autograd hands the backward whatever gradient the graph made: the broadcast
+    of a sum (stride 0), a transposed view."""
+    align = _checks.ALIGN_ELEMENTS
+    strides = t.stride()
+    if strides[-1] == 1 and t.storage_offset() % align == 0 and all(
+            n == 1 or s % align == 0 for n, s in zip(t.shape[:-1], strides[:-1])):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes, softmax_scale,
+     causal, causal_alignment, window_left, window_right, softcap, _, deterministic, family,
+     *_) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+    ctx.options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, causal_alignment,
+                   window_left, window_right, softcap, deterministic, family)
+
+
+def _fwd_backward(ctx, grad_out, grad_lse):
+    """Gradients of q, k and v (None where not needed); none for the LSE (as FlashAttention), the
+    ALiBi slopes, the offsets and the options."""
+    grads = (None,) * len(ctx.needs_input_grad)
+    if not any(ctx.needs_input_grad[:3]):
+        return grads
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes = ctx.saved_tensors
+    (max_seqlen_q, max_seqlen_k, softmax_scale, causal, causal_alignment, window_left,
+     window_right, softcap, deterministic, family) = ctx.options
+    dq, dk, dv = torch.ops.flashcute.bwd(
+        _kernel_readable(grad_out), q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        max_seqlen_k, alibi_slopes, softmax_scale, causal, causal_alignment, window_left,
+        window_right, softcap, deterministic, family)
+    needed = ctx.needs_input_grad
+    return (dq if needed[0] else None, dk if needed[1] else None,
+            dv if needed[2] else None) + grads[3:]
+
+
+_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
 def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
-            options_fn, return_lse):
+            options_fn, return_lse, deterministic):
     """Checks metadata (raising before anything runs), then calls the op.
 
     options_fn(problem) checks the scalar options (the default scale needs head_dim).
     """
-    for name, t in (("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-                    ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"q is a torch.Tensor, so {name} must be one too, got {type(t)}")
+    _check_types(q, (("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                     ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes)))
     problem, _ = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         alibi_slopes, False)
     options = options_fn(problem)
-    # Forward only: silently returning an output with no grad_fn would let training run with
-    # q/k/v never updated, so we refuse rather than drop gradients.
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise NotImplementedError(
-            "backward: flashcute is forward-only and has no autograd; call it under "
-            "torch.no_grad() / torch.inference_mode(), or pass detached q, k, v")
+    # When autograd records the call, its backward needs the LSE, asked for or not.
+    recorded = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     out, lse = torch.ops.flashcute.fwd(
         q, k, v, cu_seqlens_q, cu_seqlens_k,
         problem.seqlen_q if problem.varlen else 0,
         problem.seqlen_k if problem.varlen else 0,
         alibi_slopes, options.softmax_scale, options.causal, options.causal_alignment,
-        options.window_left, options.window_right, options.softcap, return_lse, options.family,
-        *options.tile)
+        options.window_left, options.window_right, options.softcap, return_lse or recorded,
+        bool(deterministic), options.family, *options.tile)
     return out, (lse if return_lse else None)
+
+
+def backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+             max_seqlen_k, alibi_slopes, options_fn, deterministic):
+    """Checks metadata (raising before anything runs), then calls flashcute::bwd: (dq, dk, dv)."""
+    _check_types(q, (("dout", dout), ("k", k), ("v", v), ("out", out),
+                     ("softmax_lse", softmax_lse), ("cu_seqlens_q", cu_seqlens_q),
+                     ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes)))
+    problem, _ = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        alibi_slopes, False)
+    _check_backward(problem, dout, out, softmax_lse, False)
+    options = options_fn(problem)
+    return torch.ops.flashcute.bwd(
+        dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k,
+        problem.seqlen_q if problem.varlen else 0,
+        problem.seqlen_k if problem.varlen else 0,
+        alibi_slopes, options.softmax_scale, options.causal, options.causal_alignment,
+        options.window_left, options.window_right, options.softcap, deterministic, options.family)
 
 
 # The eager fast path. Everything it does not handle with certainty returns None, and the caller

@@ -1,9 +1,10 @@
-"""FlashAttention-2's packed entry points, forward only: QKV or KV stacked in one array.
+"""FlashAttention-2's packed entry points: QKV or KV stacked in one array.
 
 Each function takes views of the packed array (qkv[:, :, 0] and so on; no copy for torch and CuPy,
 whose slices are strided views) and calls flash_attn_func or flash_attn_varlen_func, which accept
 any strides with a contiguous last dimension. So the semantics, options, return values and errors
-are those of the unpacked functions; checks on the views name them q, k and v.
+are those of the unpacked functions; checks on the views name them q, k and v. With torch, autograd
+carries the views' gradients back into the packed tensor's.
 """
 
 from . import flash_attn_func, flash_attn_varlen_func
@@ -37,7 +38,7 @@ def _unstack(packed, name, dims, axis):
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False):
-    """FlashAttention-2's flash_attn_qkvpacked_func, forward only.
+    """FlashAttention-2's flash_attn_qkvpacked_func.
 
     qkv: (batch, seqlen, 3, heads, head_dim), q, k and v stacked on dim 2 (so heads_k == heads).
     The options and the result are flash_attn_func's: out (batch, seqlen, heads, head_dim), or
@@ -51,7 +52,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                              deterministic=False, return_attn_probs=False):
-    """FlashAttention-2's flash_attn_kvpacked_func, forward only.
+    """FlashAttention-2's flash_attn_kvpacked_func.
 
     q: (batch, seqlen_q, heads, head_dim); kv: (batch, seqlen_k, 2, heads_k, head_dim), k and v
     stacked on dim 2, heads a multiple of heads_k. Everything else is flash_attn_func's.
@@ -65,7 +66,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softmax_scale=None, causal=False, window_size=(-1, -1),
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
-    """FlashAttention-2's flash_attn_varlen_qkvpacked_func, forward only.
+    """FlashAttention-2's flash_attn_varlen_qkvpacked_func.
 
     qkv: (total, 3, heads, head_dim), sequences packed one after another; cu_seqlens (int32,
     batch + 1) and max_seqlen serve as both the query and the key offsets and bound. Returns out
@@ -83,7 +84,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     dropout_p=0.0, softmax_scale=None, causal=False,
                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                                     deterministic=False, return_attn_probs=False):
-    """FlashAttention-2's flash_attn_varlen_kvpacked_func, forward only.
+    """FlashAttention-2's flash_attn_varlen_kvpacked_func.
 
     q: (total_q, heads, head_dim); kv: (total_k, 2, heads_k, head_dim). Everything else is
     flash_attn_varlen_func's.

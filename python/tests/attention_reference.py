@@ -1,8 +1,9 @@
-"""An fp64 reference with FlashAttention's semantics, and the tolerances the GPU tests apply.
+"""References with FlashAttention's semantics, and the tolerances the GPU tests apply.
 
 Written from FlashAttention's definitions (python/README.md), independently of the library:
-scores in fp64, explicit masks, logsumexp from torch. Inputs are the low-precision tensors
-themselves, so the reference sees exactly the values the kernel sees.
+explicit masks, logsumexp from torch. `attention` is the forward in fp64; `attention_grads` gives
+the gradients by autograd through a plain fp32 implementation. Inputs are the low-precision
+tensors themselves, so the references see exactly the values the kernel sees.
 """
 
 import math
@@ -17,6 +18,11 @@ UNIT_ROUNDOFF = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 REL_L2 = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # A tanh.approx-style softcap changes a capped score by up to ~1e-3 of the cap.
 SOFTCAP_SCORE_ERROR = 1e-3
+# Relative L2 error allowed for each of dq, dk, dv against the fp32 autograd reference, plus an
+# absolute allowance per element (as RMS) for rounding where the reference cancels to 0: a query
+# that sees one key has dq = 0 exactly in fp32, and a kernel gets there from rounded terms.
+GRAD_REL_L2 = {torch.float16: 5e-3, torch.bfloat16: 2e-2}
+GRAD_ABS_RMS = 1e-5
 
 
 def attention(q, k, v, *, scale, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
@@ -97,3 +103,59 @@ def assert_lse_close(lse, ref, softcap=0.0, what=""):
 
 def default_scale(head_dim):
     return 1.0 / math.sqrt(head_dim)
+
+
+def _differentiable_attention(q, k, v, scale, causal, window, softcap, alibi, top_left):
+    """out (batch, seqlen_q, heads, head_dim) in q's dtype, by operations autograd differentiates
+    without a NaN: a row that sees no key (or an empty seqlen) gives 0 and zero gradients."""
+    batch, sq, heads, _ = q.shape
+    sk, heads_k = k.shape[1], k.shape[2]
+    group = heads // heads_k
+    kx = k.repeat_interleave(group, dim=2)
+    vx = v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kx) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    diag = i if top_left else i + (sk - sq)
+    if alibi is not None:
+        slopes = alibi.to(q.dtype).reshape(-1, heads)[:, :, None, None]
+        s = s - slopes * (diag - j).abs()
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if causal:
+        keep &= j <= diag
+    if window[0] >= 0:
+        keep &= j >= diag - window[0]
+    if window[1] >= 0:
+        keep &= j <= diag + window[1]
+    s = s.masked_fill(~keep, -INF)
+    # Shifted by the (constant) log-sum-exp, then normalised: exp never sees inf - inf, and a row
+    # with no key divides 0 by 1.
+    lse = torch.logsumexp(s.detach(), dim=-1, keepdim=True)
+    e = torch.exp(s - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)))
+    total = e.sum(dim=-1, keepdim=True)
+    p = e / torch.where(total > 0, total, torch.ones_like(total))
+    return torch.einsum("bhqk,bkhd->bqhd", p, vx)
+
+
+def attention_grads(q, k, v, dout, *, scale, causal=False, window=(-1, -1), softcap=0.0,
+                    alibi=None, top_left=False):
+    """(dq, dk, dv) in fp32 for dense inputs: autograd through the fp32 computation of out."""
+    inputs = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    out = _differentiable_attention(*inputs, scale, causal, window, softcap, alibi, top_left)
+    return torch.autograd.grad(out, inputs, dout.float())
+
+
+def assert_grad_close(grad, ref, dtype, what=""):
+    """L2 error against the fp32 reference gradient within GRAD_REL_L2 of the reference's norm
+    (plus GRAD_ABS_RMS per element); a NaN never passes."""
+    assert grad.dtype == dtype, f"{what}: dtype {grad.dtype}"
+    assert grad.shape == ref.shape, f"{what}: shape {tuple(grad.shape)} != {tuple(ref.shape)}"
+    g = grad.double()
+    assert torch.isfinite(g).all(), f"{what}: non-finite gradient"
+    ref = ref.double()
+    err, ref_norm = (g - ref).norm().item(), ref.norm().item()
+    limit = GRAD_REL_L2[dtype] * ref_norm + GRAD_ABS_RMS * math.sqrt(ref.numel())
+    assert err <= limit, (f"{what}: L2 error {err:.3g} > {limit:.3g} (relative "
+                          f"{err / max(ref_norm, 1e-30):.3g}, reference norm {ref_norm:.3g})")

@@ -1,4 +1,4 @@
-"""CPU-only tests (no torch, no GPU): argument checks, DLPack parsing, the C struct and the library.
+"""CPU-only tests (no torch, no GPU): argument checks, DLPack parsing, the C structs, the library.
 
 The fake CUDA arrays below are DLPack producers whose capsules describe memory that is never
 touched: every check under test runs before the library (or any allocation) is reached.
@@ -266,6 +266,88 @@ def test_bad_options(kwargs, words):
 
 
 # ---------------------------------------------------------------------------------------------
+# The backward's extra inputs (dout, out, softmax_lse), for the problem of dense() / _problem().
+
+def backward_inputs(**overrides):
+    arrays = {"dout": FakeCudaArray((2, 64, 8, 64)), "out": FakeCudaArray((2, 64, 8, 64)),
+              "softmax_lse": FakeCudaArray((2, 8, 64), dtype=FP32)}
+    arrays.update(overrides)
+    return [desc(arrays[name], name) for name in ("dout", "out", "softmax_lse")]
+
+
+def test_valid_backward_inputs():
+    _checks.check_backward(_problem(), *backward_inputs())
+    # dout as a (batch, heads, seqlen, head_dim) buffer seen through a transpose.
+    transposed = FakeCudaArray((2, 64, 8, 64), strides=(64 * 8 * 64, 64, 64 * 64, 1))
+    _checks.check_backward(_problem(), *backward_inputs(dout=transposed))
+
+
+BAD_BACKWARD = [
+    # (overrides, exception, words the message must contain)
+    ({"dout": FakeCudaArray((2, 63, 8, 64))}, ValueError,
+     "dout must have q's shape (2, 64, 8, 64), got (2, 63, 8, 64)"),
+    ({"out": FakeCudaArray((2, 64, 8, 32))}, ValueError, "out must have q's shape"),
+    ({"dout": FakeCudaArray((2, 64, 8, 64), dtype=FP32)}, TypeError,
+     "dout has dtype fp32 but q has bf16"),
+    ({"out": FakeCudaArray((2, 64, 8, 64), dtype=FP16)}, TypeError,
+     "out has dtype fp16 but q has bf16"),
+    ({"dout": FakeCudaArray((2, 64, 8, 64), device=(2, 1))}, ValueError,
+     "dout is on cuda:1 but q is on cuda:0"),
+    ({"dout": FakeCudaArray((2, 64, 8, 64), strides=(64 * 8 * 128, 8 * 128, 128, 2))},
+     ValueError, "dout must have a contiguous last dimension"),
+    ({"out": FakeCudaArray((2, 64, 8, 64), strides=(64 * 8 * 68, 8 * 68, 68, 1))}, ValueError,
+     "out: stride 68 of dim 2"),
+    ({"softmax_lse": FakeCudaArray((2, 8, 64))}, TypeError,
+     "softmax_lse must have dtype float32, got bf16"),
+    ({"softmax_lse": FakeCudaArray((2, 64, 8), dtype=FP32)}, ValueError,
+     "softmax_lse must have shape (batch, heads, seqlen_q) = (2, 8, 64), got (2, 64, 8)"),
+    ({"softmax_lse": FakeCudaArray((2, 8, 64), strides=(1024, 128, 1), dtype=FP32)}, ValueError,
+     "softmax_lse must be contiguous (strides (512, 64, 1)), got strides (1024, 128, 1)"),
+    ({"softmax_lse": FakeCudaArray((2, 8, 64), dtype=FP32, device=(1, 0))}, ValueError,
+     "softmax_lse is on cpu:0 but q is on cuda:0"),
+]
+
+
+@pytest.mark.parametrize("overrides, error, words", BAD_BACKWARD)
+def test_bad_backward_arguments(overrides, error, words):
+    with pytest.raises(error) as info:
+        _checks.check_backward(_problem(), *backward_inputs(**overrides))
+    assert words in str(info.value)
+
+
+def test_varlen_backward_lse_is_heads_by_total_q():
+    p = _checks.check_varlen(*varlen_descs(), 50, 70)
+    dout, out = (desc(FakeCudaArray((100, 4, 128)), name) for name in ("dout", "out"))
+    lse = desc(FakeCudaArray((4, 100), dtype=FP32), "softmax_lse")
+    _checks.check_backward(p, dout, out, lse)
+    with pytest.raises(ValueError, match=re.escape("(heads, total_q) = (4, 100), got (100, 4)")):
+        _checks.check_backward(p, dout, out, desc(FakeCudaArray((100, 4), dtype=FP32), "lse"))
+
+
+def test_backward_args_fill_every_tensor_and_option(library):
+    t = dense()
+    p = _checks.check_dense(t["q"], t["k"], t["v"])
+    o = _checks.check_options(p, 0.5, True, "top_left", (7, 3), 2.0, "sm80", None)
+    dout, out, lse = backward_inputs()
+    shapes = {"dq": (2, 64, 8, 64), "dk": (2, 96, 2, 64), "dv": (2, 96, 2, 64)}
+    grads = [desc(FakeCudaArray(shape, ptr=0x7F0000100000 * (i + 2)), name)
+             for i, (name, shape) in enumerate(shapes.items())]
+    args = _checks.build_backward_args(p, o, t["q"], t["k"], t["v"], out, dout, *grads, lse,
+                                       deterministic=True, stream=0x1234)
+    assert args.abi_version == _library.ABI_VERSION and args.dtype == _library.BFLOAT16
+    assert (args.batch, args.seqlen_q, args.seqlen_k, args.heads, args.heads_k, args.head_dim) == (
+        2, 64, 96, 8, 2, 64)
+    assert (args.dq.data, args.dk.data, args.dv.data) == tuple(g.ptr for g in grads)
+    assert (args.dk.batch_stride, args.dk.seq_stride, args.dk.head_stride) == (96 * 128, 128, 64)
+    assert args.softmax_lse == lse.ptr and args.dout.data == dout.ptr and args.o.data == out.ptr
+    assert (args.softmax_scale, args.causal, args.causal_alignment) == (
+        0.5, 1, _library.CAUSAL_TOP_LEFT)
+    assert (args.window_left, args.window_right, args.softcap) == (7, 3, 2.0)
+    assert (args.deterministic, args.family, args.stream) == (1, 80, 0x1234)
+    assert not args.workspace and args.workspace_bytes == 0 and not args.cu_seqlens_q
+
+
+# ---------------------------------------------------------------------------------------------
 # The public functions, with inputs that fail before any framework or device is needed.
 
 def test_dropout_is_not_implemented():
@@ -302,6 +384,21 @@ def test_devices_are_checked_before_any_capsule_is_taken():
     assert q.stream_seen == "not called" and k.stream_seen == "not called"
 
 
+def test_backward_checks_devices_before_any_capsule_is_taken():
+    q = FakeCudaArray((1, 8, 2, 64))
+    dout = FakeCudaArray((1, 8, 2, 64), device=(2, 1))
+    lse = FakeCudaArray((1, 2, 8), dtype=FP32)
+    with pytest.raises(ValueError, match="dout is on cuda:1 but q is on cuda:0"):
+        flashcute.backward(dout, q, q, q, q, lse)
+    assert q.stream_seen == "not called" and dout.stream_seen == "not called"
+    with pytest.raises(ValueError, match="out must be on a CUDA device, got cpu:0"):
+        flashcute.backward(q, q, q, q, np.zeros((1, 8, 2, 64), np.float16), lse)
+    with pytest.raises(TypeError, match="softmax_lse must be a torch.Tensor or an array"):
+        flashcute.backward(q, q, q, q, q, [0.0])
+    with pytest.raises(ValueError, match="cu_seqlens_q and cu_seqlens_k must be given together"):
+        flashcute.backward(q, q, q, q, q, lse, cu_seqlens_q=lse)
+
+
 def test_import_does_not_import_torch():
     code = "import sys, flashcute; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO / "python")
@@ -328,6 +425,21 @@ def test_signatures_match_flash_attention():
     assert params(flashcute.flash_attn_varlen_kvpacked_func) == (
         [(n, empty) for n in ("q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                               "max_seqlen_k")] + common)
+
+
+def test_backward_signature():
+    import inspect
+
+    parameters = inspect.signature(flashcute.backward).parameters.values()
+    assert [(p.name, p.kind, p.default) for p in parameters] == (
+        [(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty)
+         for n in ("dout", "q", "k", "v", "out", "softmax_lse")]
+        + [(n, inspect.Parameter.KEYWORD_ONLY, d) for n, d in (
+            ("cu_seqlens_q", None), ("cu_seqlens_k", None), ("max_seqlen_q", None),
+            ("max_seqlen_k", None), ("softmax_scale", None), ("causal", False),
+            ("causal_alignment", "bottom_right"), ("window_size", (-1, -1)), ("softcap", 0.0),
+            ("alibi_slopes", None), ("deterministic", False), ("family", "auto"))])
+    assert inspect.signature(flashcute.forward).parameters["deterministic"].default is False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,13 +552,15 @@ def test_packed_functions_pass_slices_and_every_option(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # The C struct against the header, and the library itself (it validates without a GPU).
 
-def test_struct_layout_matches_header(tmp_path):
+@pytest.mark.parametrize("struct, c_name", [(_library.FcForwardArgs, "fc_forward_args"),
+                                             (_library.FcBackwardArgs, "fc_backward_args")])
+def test_struct_layout_matches_header(tmp_path, struct, c_name):
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None or not HEADER.is_file():
         pytest.skip("needs a C compiler and the repository's include/flashcute/flashcute.h")
-    fields = [name for name, _ in _library.FcForwardArgs._fields_]
-    lines = [f'printf("{n} %zu\\n", offsetof(fc_forward_args, {n}));' for n in fields]
-    lines.append('printf("sizeof %zu\\n", sizeof(fc_forward_args));')
+    fields = [name for name, _ in struct._fields_]
+    lines = [f'printf("{n} %zu\\n", offsetof({c_name}, {n}));' for n in fields]
+    lines.append(f'printf("sizeof %zu\\n", sizeof({c_name}));')
     source = tmp_path / "layout.c"
     source.write_text("#include <stddef.h>\n#include <stdio.h>\n"
                       "#include \"flashcute/flashcute.h\"\n"
@@ -456,8 +570,8 @@ def test_struct_layout_matches_header(tmp_path):
     c_layout = dict(line.split() for line in subprocess.run(
         [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
     for name in fields:
-        assert int(c_layout[name]) == getattr(_library.FcForwardArgs, name).offset, name
-    assert int(c_layout["sizeof"]) == ctypes.sizeof(_library.FcForwardArgs)
+        assert int(c_layout[name]) == getattr(struct, name).offset, name
+    assert int(c_layout["sizeof"]) == ctypes.sizeof(struct)
     assert f"#define FC_ABI_VERSION {_library.ABI_VERSION}" in HEADER.read_text()
 
 
@@ -502,6 +616,49 @@ def test_library_rejects_invalid_arguments(library, fields, words):
 def test_library_empty_problem_is_a_no_op(library, empty):
     # Nothing to compute: success without a device or any pointer.
     _library.forward(_library_args(**{empty: 0}))
+
+
+def test_backward_args_init_defaults(library):
+    args = _library.new_backward_args()
+    assert args.abi_version == _library.ABI_VERSION
+    assert (args.window_left, args.window_right) == (-1, -1)
+    assert args.causal_alignment == _library.CAUSAL_BOTTOM_RIGHT
+    assert args.family == 0 and args.deterministic == 0
+    assert not args.workspace and args.workspace_bytes == 0
+    assert not args.softmax_lse and not args.cu_seqlens_q and not args.stream
+
+
+def _library_backward_args(**fields):
+    args = _library.new_backward_args()
+    args.dtype = _library.BFLOAT16
+    args.batch, args.seqlen_q, args.seqlen_k = 2, 16, 16
+    args.heads, args.heads_k, args.head_dim = 4, 4, 64
+    args.softmax_scale = 0.125
+    for name, value in fields.items():
+        setattr(args, name, value)
+    return args
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({}, "q"),  # every data pointer is null
+    ({"head_dim": 60}, "head_dim"),
+    ({"abi_version": 99}, "abi_version"),
+    ({"deterministic": 2}, "deterministic"),
+])
+def test_library_rejects_invalid_backward_arguments(library, fields, words):
+    for call in (_library.backward_workspace_size, _library.backward):
+        with pytest.raises(flashcute.InvalidArgumentError) as info:
+            call(_library_backward_args(**fields))
+        assert info.value.status == _library.ERROR_INVALID_ARGUMENT
+        assert words in str(info.value)
+
+
+@pytest.mark.parametrize("empty", ["batch", "heads"])
+def test_library_empty_backward_is_a_no_op(library, empty):
+    # Nothing to compute: no workspace, and success without a device or any pointer.
+    args = _library_backward_args(**{empty: 0, "heads_k": 0 if empty == "heads" else 4})
+    assert _library.backward_workspace_size(args) == 0
+    _library.backward(args)
 
 
 def test_compiled_tile_configs_are_consistent(library):

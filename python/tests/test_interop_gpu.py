@@ -1,4 +1,5 @@
-"""GPU tests for DLPack inputs: CuPy and JAX arrays in, arrays of the same framework out.
+"""GPU tests for DLPack inputs: CuPy and JAX arrays in, arrays of the same framework out, for the
+forward pass and flashcute.backward.
 
 The reference runs in torch on the same memory (torch.from_dlpack), so torch is needed too.
 """
@@ -15,8 +16,10 @@ if not torch.cuda.is_available():
 import flashcute  # noqa: E402
 from attention_reference import (  # noqa: E402
     assert_close,
+    assert_grad_close,
     assert_lse_close,
     attention,
+    attention_grads,
     default_scale,
 )
 
@@ -119,3 +122,46 @@ def test_jax_inputs(jax, dtype_name):
     got = torch.from_numpy(np.asarray(out.astype(jnp.float32))).cuda().to(tq.dtype)
     assert_close(got, ref_out, tv, tq.dtype)
     assert_lse_close(torch.from_numpy(np.asarray(lse)).cuda(), ref_lse)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cupy_backward_on_a_cupy_stream(cupy, deterministic):
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        rng = cupy.random.default_rng(SEED + 3)
+        q, dout = (rng.standard_normal((2, 140, 8, 64), dtype=cupy.float32).astype(cupy.float16)
+                   for _ in range(2))
+        k, v = (rng.standard_normal((2, 300, 2, 64), dtype=cupy.float32).astype(cupy.float16)
+                for _ in range(2))
+        out, lse, _ = flashcute.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        grads = flashcute.backward(dout, q, k, v, out, lse, causal=True,
+                                   deterministic=deterministic)
+    stream.synchronize()
+    for grad, x in zip(grads, (q, k, v)):
+        assert isinstance(grad, cupy.ndarray) and grad.dtype == cupy.float16
+        assert grad.shape == x.shape and grad.flags.c_contiguous
+    refs = attention_grads(*(torch.from_dlpack(x) for x in (q, k, v, dout)),
+                           scale=default_scale(64), causal=True)
+    for name, grad, ref in zip(("dq", "dk", "dv"), grads, refs):
+        assert_grad_close(torch.from_dlpack(grad), ref, torch.float16, what=name)
+
+
+def test_jax_backward(jax):
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.PRNGKey(SEED % 2 ** 31 + 1), 4)
+    q, dout = (jax.random.normal(key, (2, 130, 4, 128), dtype=jnp.float32).astype(jnp.bfloat16)
+               for key in keys[:2])
+    k, v = (jax.random.normal(key, (2, 257, 4, 128), dtype=jnp.float32).astype(jnp.bfloat16)
+            for key in keys[2:])
+    out, lse = flashcute.forward(q, k, v, causal=True, window_size=(64, 0), return_lse=True)
+    grads = flashcute.backward(dout, q, k, v, out, lse, causal=True, window_size=(64, 0))
+    assert all(isinstance(grad, jax.Array) and grad.dtype == jnp.bfloat16 for grad in grads)
+    # Back to torch through host memory, which the JAX arrays reach by their own synchronisation.
+    tq, tk, tv, tdout = (torch.from_numpy(np.asarray(x.astype(jnp.float32))).cuda() for x in
+                         (q, k, v, dout))
+    refs = attention_grads(*(t.bfloat16() for t in (tq, tk, tv, tdout)), scale=default_scale(128),
+                           causal=True, window=(64, 0))
+    for name, grad, ref in zip(("dq", "dk", "dv"), grads, refs):
+        got = torch.from_numpy(np.asarray(grad.astype(jnp.float32))).cuda().bfloat16()
+        assert_grad_close(got, ref, torch.bfloat16, what=name)

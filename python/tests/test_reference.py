@@ -1,5 +1,6 @@
-"""The GPU tests' reference, checked on the CPU: against PyTorch SDPA where their semantics meet,
-and against a scalar loop written straight from the definitions where they do not."""
+"""The GPU tests' references, checked on the CPU: the forward against PyTorch SDPA where their
+semantics meet and against a scalar loop written straight from the definitions where they do not;
+the gradients against finite differences of that forward."""
 
 import math
 
@@ -7,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the reference needs torch")
 
-from attention_reference import attention  # noqa: E402
+from attention_reference import attention, attention_grads  # noqa: E402
 
 
 def _loop_reference(q, k, v, scale, causal, window, softcap, slopes):
@@ -88,3 +89,51 @@ def test_reference_batch_alibi_uses_each_batch_row():
     for b in range(2):
         one, _ = attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], scale=0.5, alibi=slopes[b])
         torch.testing.assert_close(both[b:b + 1], one, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("sq, sk, causal, window, softcap, alibi, top_left", [
+    (5, 9, True, (-1, -1), 0.0, False, False),
+    (9, 5, True, (-1, -1), 0.0, False, False),  # rows that see no key
+    (7, 7, False, (2, 1), 0.0, True, False),
+    (6, 11, True, (3, -1), 5.0, False, True),
+    (8, 4, False, (-1, 0), 2.0, True, False),
+])
+def test_grad_reference_matches_finite_differences(sq, sk, causal, window, softcap, alibi,
+                                                  top_left):
+    """attention_grads against central differences of the fp64 forward, along random directions."""
+    g = torch.Generator().manual_seed(sq * 10 + sk)
+    q = torch.randn(2, sq, 4, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, sk, 2, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(2, sk, 2, 8, generator=g, dtype=torch.float64)
+    dout = torch.randn(2, sq, 4, 8, generator=g, dtype=torch.float64)
+    slopes = torch.rand(4, generator=g, dtype=torch.float64) if alibi else None
+    options = dict(scale=0.4, causal=causal, window=window, softcap=softcap, alibi=slopes,
+                   top_left=top_left)
+    grads = attention_grads(q, k, v, dout, **options)
+    assert all(grad.dtype == torch.float32 for grad in grads)
+    for trial in range(3):
+        directions = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in (q, k, v)]
+        h = 1e-6
+        plus = attention(*(t + h * d for t, d in zip((q, k, v), directions)), **options)[0]
+        minus = attention(*(t - h * d for t, d in zip((q, k, v), directions)), **options)[0]
+        numeric = ((plus - minus) * dout).sum().item() / (2 * h)
+        analytic = sum((grad.double() * d).sum().item() for grad, d in zip(grads, directions))
+        assert analytic == pytest.approx(numeric, rel=1e-4, abs=1e-5), trial
+
+
+@pytest.mark.parametrize("sq, sk", [(0, 5), (5, 0), (0, 0)])
+def test_grad_reference_of_empty_sequences_is_zero(sq, sk):
+    q, dout = torch.randn(1, sq, 2, 8), torch.randn(1, sq, 2, 8)
+    k = v = torch.randn(1, sk, 2, 8)
+    for grad in attention_grads(q, k, v, dout, scale=0.3, causal=True):
+        assert not grad.any()
+
+
+def test_grad_reference_rows_without_keys_get_zero_dq():
+    g = torch.Generator().manual_seed(3)
+    q, dout = torch.randn(1, 9, 2, 8, generator=g), torch.randn(1, 9, 2, 8, generator=g)
+    k, v = torch.randn(1, 5, 2, 8, generator=g), torch.randn(1, 5, 2, 8, generator=g)
+    # Rows 0..3 see no key; row 4 sees one (a softmax of one key has no gradient); 5..8 several.
+    dq, dk, dv = attention_grads(q, k, v, dout, scale=0.3, causal=True)
+    assert not dq[:, :5].any() and dq[:, 5:].abs().min() > 0
+    assert torch.isfinite(dk).all() and torch.isfinite(dv).all()

@@ -1,4 +1,4 @@
-"""flashcute as an attention implementation for Hugging Face transformers 5, forward only.
+"""flashcute as an attention implementation for Hugging Face transformers 5.
 
     import flashcute.integrations.transformers as flashcute_hf
 
@@ -27,11 +27,10 @@ run in the half-precision type of the model's weights (bf16 for an fp32 model, w
 cast back to fp32); a head_dim that is not a multiple of 8, or a value head_dim that differs from
 the query's, is zero-padded and the output cropped; unaligned views are copied.
 
-Not supported: gradients (run under torch.no_grad() or torch.inference_mode(), as generate() does;
-otherwise the library raises NotImplementedError), attention weights (output_attentions), attention
-sinks (s_aux), and 4-D masks. As with transformers' flash_attention_2, mask patterns beyond
-padding, causality and sliding windows (chunked attention, bidirectional overlays for image
-tokens) are not represented.
+Gradients flow through flash_attn_func's and flash_attn_varlen_func's autograd. Not supported:
+attention weights (output_attentions), attention sinks (s_aux), and 4-D masks. As with
+transformers' flash_attention_2, mask patterns beyond padding, causality and sliding windows
+(chunked attention, bidirectional overlays for image tokens) are not represented.
 
 The name may not contain "flash" or "/": transformers treats those as FlashAttention packages or
 hub kernels and tries to load them.
