@@ -52,79 +52,56 @@ class FcTileConfig(ctypes.Structure):
         return (self.m_block, self.n_block, self.num_threads)
 
 
-# Field order and types must follow the C struct exactly; ctypes applies the same natural alignment
-# as the C compiler, and python/tests/test_cpu.py (test_struct_layout_matches_header) compares every
-# offset and the size with the header when a C compiler is present.
+# The fields fc_forward_args and fc_backward_args share, in their order there: the problem (after
+# the tensors) and the options up to the ALiBi slopes.
+_PROBLEM_FIELDS = [
+    ("dtype", ctypes.c_int32),
+    ("batch", ctypes.c_int64),
+    ("seqlen_q", ctypes.c_int64),
+    ("seqlen_k", ctypes.c_int64),
+    ("heads", ctypes.c_int64),
+    ("heads_k", ctypes.c_int64),
+    ("head_dim", ctypes.c_int64),
+    ("cu_seqlens_q", ctypes.c_void_p),
+    ("cu_seqlens_k", ctypes.c_void_p),
+    ("total_q", ctypes.c_int64),
+    ("softmax_lse", ctypes.c_void_p),
+    ("softmax_scale", ctypes.c_float),
+    ("causal", ctypes.c_int32),
+    ("causal_alignment", ctypes.c_int32),
+    ("window_left", ctypes.c_int64),
+    ("window_right", ctypes.c_int64),
+    ("softcap", ctypes.c_float),
+    ("alibi_slopes", ctypes.c_void_p),
+    ("alibi_batch_stride", ctypes.c_int64),
+]
+
+
+def _tensors(*names):
+    return [(name, FcTensor) for name in names]
+
+
+# Field order and types must follow the C structs exactly; ctypes applies the same natural
+# alignment as the C compiler, and python/tests/test_cpu.py (test_struct_layout_matches_header)
+# compares every offset and the size with the header when a C compiler is present.
 class FcForwardArgs(ctypes.Structure):
-    _fields_ = [
-        ("abi_version", ctypes.c_int32),
-        ("q", FcTensor),
-        ("k", FcTensor),
-        ("v", FcTensor),
-        ("o", FcTensor),
-        ("dtype", ctypes.c_int32),
-        ("batch", ctypes.c_int64),
-        ("seqlen_q", ctypes.c_int64),
-        ("seqlen_k", ctypes.c_int64),
-        ("heads", ctypes.c_int64),
-        ("heads_k", ctypes.c_int64),
-        ("head_dim", ctypes.c_int64),
-        ("cu_seqlens_q", ctypes.c_void_p),
-        ("cu_seqlens_k", ctypes.c_void_p),
-        ("total_q", ctypes.c_int64),
-        ("softmax_lse", ctypes.c_void_p),
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int32),
-        ("causal_alignment", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float),
-        ("alibi_slopes", ctypes.c_void_p),
-        ("alibi_batch_stride", ctypes.c_int64),
-        ("tile", FcTileConfig),
-        ("family", ctypes.c_int32),
-        ("stream", ctypes.c_void_p),
-    ]
+    _fields_ = ([("abi_version", ctypes.c_int32)] + _tensors("q", "k", "v", "o") +
+                _PROBLEM_FIELDS + [
+                    ("tile", FcTileConfig),
+                    ("family", ctypes.c_int32),
+                    ("stream", ctypes.c_void_p),
+                ])
 
 
-# fc_backward_args, under the same rule as FcForwardArgs (and compared with the header by the same
-# test).
 class FcBackwardArgs(ctypes.Structure):
-    _fields_ = [
-        ("abi_version", ctypes.c_int32),
-        ("q", FcTensor),
-        ("k", FcTensor),
-        ("v", FcTensor),
-        ("o", FcTensor),
-        ("dout", FcTensor),
-        ("dq", FcTensor),
-        ("dk", FcTensor),
-        ("dv", FcTensor),
-        ("dtype", ctypes.c_int32),
-        ("batch", ctypes.c_int64),
-        ("seqlen_q", ctypes.c_int64),
-        ("seqlen_k", ctypes.c_int64),
-        ("heads", ctypes.c_int64),
-        ("heads_k", ctypes.c_int64),
-        ("head_dim", ctypes.c_int64),
-        ("cu_seqlens_q", ctypes.c_void_p),
-        ("cu_seqlens_k", ctypes.c_void_p),
-        ("total_q", ctypes.c_int64),
-        ("softmax_lse", ctypes.c_void_p),
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int32),
-        ("causal_alignment", ctypes.c_int32),
-        ("window_left", ctypes.c_int64),
-        ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float),
-        ("alibi_slopes", ctypes.c_void_p),
-        ("alibi_batch_stride", ctypes.c_int64),
-        ("deterministic", ctypes.c_int32),
-        ("family", ctypes.c_int32),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_uint64),
-        ("stream", ctypes.c_void_p),
-    ]
+    _fields_ = ([("abi_version", ctypes.c_int32)] +
+                _tensors("q", "k", "v", "o", "dout", "dq", "dk", "dv") + _PROBLEM_FIELDS + [
+                    ("deterministic", ctypes.c_int32),
+                    ("family", ctypes.c_int32),
+                    ("workspace", ctypes.c_void_p),
+                    ("workspace_bytes", ctypes.c_uint64),
+                    ("stream", ctypes.c_void_p),
+                ])
 
 
 class FlashCuteError(RuntimeError):

@@ -25,26 +25,18 @@ GRAD_REL_L2 = {torch.float16: 5e-3, torch.bfloat16: 2e-2}
 GRAD_ABS_RMS = 1e-5
 
 
-def attention(q, k, v, *, scale, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
-              top_left=False):
-    """(out, lse) in fp64 for dense (batch, seqlen, heads, head_dim) inputs.
-
-    lse is (batch, heads, seqlen_q), +inf for a row that sees no key; such a row's output is 0.
-    """
-    batch, sq, heads, _ = q.shape
-    sk, heads_k = k.shape[1], k.shape[2]
-    group = heads // heads_k
-    qd = q.double()
-    kd = k.double().repeat_interleave(group, dim=2)
-    vd = v.double().repeat_interleave(group, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
+def _masked_scores(q, k, scale, causal, window, softcap, alibi, top_left):
+    """(batch, heads, seqlen_q, seqlen_k) scores in q's dtype for k already expanded to q's heads:
+    scaled (or capped), ALiBi's bias added, hidden pairs at -inf."""
+    sq, heads, sk = q.shape[1], q.shape[2], k.shape[1]
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
     i = torch.arange(sq, device=q.device)[:, None]
     j = torch.arange(sk, device=q.device)[None, :]
     diag = i if top_left else i + (sk - sq)  # the key aligned with query row i
     if alibi is not None:
-        slopes = alibi.double().reshape(-1, heads)[:, :, None, None]  # (batch or 1, heads, 1, 1)
+        slopes = alibi.to(q.dtype).reshape(-1, heads)[:, :, None, None]  # (batch or 1, heads, 1, 1)
         s = s - slopes * (diag - j).abs()
     keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
     if causal:
@@ -53,7 +45,20 @@ def attention(q, k, v, *, scale, causal=False, window=(-1, -1), softcap=0.0, ali
         keep &= j >= diag - window[0]
     if window[1] >= 0:
         keep &= j <= diag + window[1]
-    s = s.masked_fill(~keep, -INF)
+    return s.masked_fill(~keep, -INF)
+
+
+def attention(q, k, v, *, scale, causal=False, window=(-1, -1), softcap=0.0, alibi=None,
+              top_left=False):
+    """(out, lse) in fp64 for dense (batch, seqlen, heads, head_dim) inputs.
+
+    lse is (batch, heads, seqlen_q), +inf for a row that sees no key; such a row's output is 0.
+    """
+    group = q.shape[2] // k.shape[2]
+    qd = q.double()
+    kd = k.double().repeat_interleave(group, dim=2)
+    vd = v.double().repeat_interleave(group, dim=2)
+    s = _masked_scores(qd, kd, scale, causal, window, softcap, alibi, top_left)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(nan=0.0)  # a row with no key: exp(-inf + inf)
     out = torch.einsum("bhqk,bkhd->bqhd", p, vd)
@@ -108,28 +113,10 @@ def default_scale(head_dim):
 def _differentiable_attention(q, k, v, scale, causal, window, softcap, alibi, top_left):
     """out (batch, seqlen_q, heads, head_dim) in q's dtype, by operations autograd differentiates
     without a NaN: a row that sees no key (or an empty seqlen) gives 0 and zero gradients."""
-    batch, sq, heads, _ = q.shape
-    sk, heads_k = k.shape[1], k.shape[2]
-    group = heads // heads_k
+    group = q.shape[2] // k.shape[2]
     kx = k.repeat_interleave(group, dim=2)
     vx = v.repeat_interleave(group, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, kx) * scale
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq, device=q.device)[:, None]
-    j = torch.arange(sk, device=q.device)[None, :]
-    diag = i if top_left else i + (sk - sq)
-    if alibi is not None:
-        slopes = alibi.to(q.dtype).reshape(-1, heads)[:, :, None, None]
-        s = s - slopes * (diag - j).abs()
-    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    if causal:
-        keep &= j <= diag
-    if window[0] >= 0:
-        keep &= j >= diag - window[0]
-    if window[1] >= 0:
-        keep &= j <= diag + window[1]
-    s = s.masked_fill(~keep, -INF)
+    s = _masked_scores(q, kx, scale, causal, window, softcap, alibi, top_left)
     # Shifted by the (constant) log-sum-exp, then normalised: exp never sees inf - inf, and a row
     # with no key divides 0 by 1.
     lse = torch.logsumexp(s.detach(), dim=-1, keepdim=True)

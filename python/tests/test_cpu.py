@@ -584,8 +584,9 @@ def test_args_init_defaults(library):
     assert not args.softmax_lse and not args.cu_seqlens_q and not args.stream
 
 
-def _library_args(**fields):
-    args = _library.new_args()
+def _library_args(new=None, **fields):
+    """A small bf16 problem's arguments (forward's, or those `new` makes), with fields set."""
+    args = (new or _library.new_args)()
     args.dtype = _library.BFLOAT16
     args.batch, args.seqlen_q, args.seqlen_k = 2, 16, 16
     args.heads, args.heads_k, args.head_dim = 4, 4, 64
@@ -629,14 +630,7 @@ def test_backward_args_init_defaults(library):
 
 
 def _library_backward_args(**fields):
-    args = _library.new_backward_args()
-    args.dtype = _library.BFLOAT16
-    args.batch, args.seqlen_q, args.seqlen_k = 2, 16, 16
-    args.heads, args.heads_k, args.head_dim = 4, 4, 64
-    args.softmax_scale = 0.125
-    for name, value in fields.items():
-        setattr(args, name, value)
-    return args
+    return _library_args(_library.new_backward_args, **fields)
 
 
 @pytest.mark.parametrize("fields, words", [

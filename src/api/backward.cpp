@@ -25,12 +25,7 @@ BackwardWorkspace workspace_for(const BackwardArgs& a) {
 Status select_backward(const BackwardArgs& a, const DeviceLimits& device,
                        const BackwardKernelEntry*& selected) {
   selected = nullptr;
-  if (device.compute_capability < 80) {
-    return {FC_ERROR_UNSUPPORTED, "the device has compute capability " +
-                                      std::to_string(device.compute_capability / 10) + "." +
-                                      std::to_string(device.compute_capability % 10) +
-                                      "; flashcute needs sm_80 or newer"};
-  }
+  if (Status s = require_sm80(device); !s.ok()) return s;
   if (a.family == FC_FAMILY_SM90) {
     return {FC_ERROR_UNSUPPORTED,
             "family: the sm90 family has no backward pass yet; use FC_FAMILY_AUTO or "

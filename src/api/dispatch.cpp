@@ -56,6 +56,14 @@ bool default_tile_for(fc_kernel_family family, fc_dtype dtype, int head_dim, fc_
   return true;
 }
 
+Status require_sm80(const DeviceLimits& device) {
+  if (device.compute_capability >= 80) return {};
+  return {FC_ERROR_UNSUPPORTED, "the device has compute capability " +
+                                    std::to_string(device.compute_capability / 10) + "." +
+                                    std::to_string(device.compute_capability % 10) +
+                                    "; flashcute needs sm_80 or newer"};
+}
+
 const KernelEntry* choose_automatic_entry(const std::vector<const KernelEntry*>& entries,
                                           const DeviceLimits& device) {
   const KernelEntry* best = nullptr;
@@ -70,12 +78,7 @@ const KernelEntry* choose_automatic_entry(const std::vector<const KernelEntry*>&
 Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
                      const DeviceLimits& device, const KernelEntry*& selected) {
   selected = nullptr;
-  if (device.compute_capability < 80) {
-    return {FC_ERROR_UNSUPPORTED, "the device has compute capability " +
-                                      std::to_string(device.compute_capability / 10) + "." +
-                                      std::to_string(device.compute_capability % 10) +
-                                      "; flashcute needs sm_80 or newer"};
-  }
+  if (Status s = require_sm80(device); !s.ok()) return s;
   const auto dtype = static_cast<fc_dtype>(args.dtype);
   const auto requested = static_cast<fc_kernel_family>(args.family);
   if (requested == FC_FAMILY_SM90 && device.compute_capability != 90) {

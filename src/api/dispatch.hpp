@@ -16,6 +16,10 @@ struct DeviceLimits {
   size_t max_smem_per_block;  // the opt-in limit
 };
 
+// Every kernel family needs compute capability 8.0 or newer: an error naming the device's
+// otherwise.
+Status require_sm80(const DeviceLimits& device);
+
 // The entry an automatic tile choice runs among the compiled entries of one (family, dtype,
 // head_dim bucket): the automatic entry when its shared memory fits the device, else the fitting
 // entry with the most work per CTA (m_block * n_block), then the most threads, then the most

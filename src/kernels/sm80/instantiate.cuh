@@ -8,9 +8,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/device_attributes.hpp"
 #include "kernels/kernel_registry.hpp"
 #include "kernels/sm80/default_tiles.hpp"
+#include "kernels/sm80/dynamic_smem.hpp"
 #include "kernels/sm80/kernel.cuh"
 #include "kernels/sm80/traits.cuh"
 
@@ -20,17 +20,9 @@ template <class Traits, bool kPlain>
 cudaError_t launch_variant(const AttentionParams& params, cudaStream_t stream) {
   const auto kernel = forward_kernel<Traits, kPlain>;
   constexpr int kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    // The caller made the tensors' device current.
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) {
-      err = configure_once_per_device<std::pair<Traits, std::bool_constant<kPlain>>>(device, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      });
-    }
-    if (err != cudaSuccess) return err;
-  }
+  const cudaError_t err =
+      allow_dynamic_smem<std::pair<Traits, std::bool_constant<kPlain>>>(kernel, kSmem);
+  if (err != cudaSuccess) return err;
   const dim3 grid((params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, params.heads,
                   params.batch);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(params);

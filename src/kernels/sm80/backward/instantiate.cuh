@@ -7,11 +7,11 @@
 #include <utility>
 
 #include "kernels/backward/row_kernels.cuh"
-#include "kernels/device_attributes.hpp"
 #include "kernels/kernel_registry.hpp"
 #include "kernels/sm80/backward/dkdv_kernel.cuh"
 #include "kernels/sm80/backward/dq_kernel.cuh"
 #include "kernels/sm80/backward/traits.cuh"
+#include "kernels/sm80/dynamic_smem.hpp"
 
 namespace flashcute::sm80::backward {
 
@@ -35,18 +35,6 @@ struct DefaultTraits<Element, 256> {
   using type = BackwardTraits<Element, 256, 64, 32, 4, 2, 4, 1>;
 };
 
-// Tag: one type per kernel (kernels of one signature share their pointer type).
-template <class Tag, class Kernel>
-cudaError_t allow_smem(Kernel kernel, int bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  int device = 0;  // the caller made the tensors' device current
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  return configure_once_per_device<Tag>(device, [&] {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  });
-}
-
 template <class Traits>
 cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
@@ -64,8 +52,8 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
   if (p.seqlen_k > 0) {
     auto const kernel = p.deterministic ? dkdv_kernel<Traits, false> : dkdv_kernel<Traits, true>;
     err = p.deterministic
-              ? allow_smem<std::pair<Traits, std::false_type>>(kernel, Traits::kSmemBytes)
-              : allow_smem<std::pair<Traits, std::true_type>>(kernel, Traits::kSmemBytes);
+              ? allow_dynamic_smem<std::pair<Traits, std::false_type>>(kernel, Traits::kSmemBytes)
+              : allow_dynamic_smem<std::pair<Traits, std::true_type>>(kernel, Traits::kSmemBytes);
     if (err != cudaSuccess) return err;
     dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
     kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
@@ -73,8 +61,8 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
   if (p.seqlen_q > 0) {
     if (p.deterministic) {
       auto const kernel = dq_kernel<Traits>;
-      err = allow_smem<std::pair<Traits, std::integral_constant<int, 2>>>(kernel,
-                                                                          Traits::kSmemBytesDq);
+      err = allow_dynamic_smem<std::pair<Traits, std::integral_constant<int, 2>>>(
+          kernel, Traits::kSmemBytesDq);
       if (err != cudaSuccess) return err;
       dim3 const grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
       kernel<<<grid, Traits::kNThreads, Traits::kSmemBytesDq, stream>>>(p);
