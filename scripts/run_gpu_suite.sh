@@ -30,8 +30,8 @@ step gtest "$TESTS" --gtest_output="xml:$LOG_DIR/gtest.xml"
 
 # Small shapes under the sanitizers; the 2^31-element and repeatability tests are left to the
 # plain run above (they only add time there).
-MEMCHECK_FILTER='GpuReference.*:Coverage.*:Features.*:Edges.EmptyBatch*:Edges.NoKeys*:Edges.RowsAbove*:Edges.Refusals*:Edges.TensorsOnAnotherDevice:Backward.*'
-RACECHECK_FILTER='Coverage.*:Features.Combinations:Edges.NoKeys*:Backward.AllPairs:Backward.VariableLength*'
+MEMCHECK_FILTER='GpuReference.*:Coverage.*:Features.*:Edges.EmptyBatch*:Edges.NoKeys*:Edges.RowsAbove*:Edges.Refusals*:Edges.TensorsOnAnotherDevice:Backward.*:Kvcache.*-Kvcache.RepeatedCalls*'
+RACECHECK_FILTER='Coverage.*:Features.Combinations:Edges.NoKeys*:Backward.AllPairs:Backward.VariableLength*:Kvcache.AllPairs:Kvcache.PackedQueries*'
 if [[ -x "$SANITIZER" ]]; then
   step memcheck env FLASHCUTE_TEST_SMALL=1 "$SANITIZER" --tool memcheck --error-exitcode 1 \
     "$TESTS" --gtest_filter="$MEMCHECK_FILTER"

@@ -35,6 +35,18 @@ Status backward_workspace_size(const BackwardArgs& args, uint64_t& bytes);
 // Validates every argument (the error names the bad one), then launches on args.stream.
 Status backward(const BackwardArgs& args);
 
+using KvcacheArgs = fc_kvcache_args;
+
+// Defaults as fc_kvcache_args_init.
+KvcacheArgs default_kvcache_args();
+
+// The workspace bytes kvcache(args) needs; validates args first.
+Status kvcache_workspace_size(const KvcacheArgs& args, uint64_t& bytes);
+
+// Validates every argument (the error names the bad one), appends the new keys and values to the
+// cache, then runs attention over it on args.stream.
+Status kvcache(const KvcacheArgs& args);
+
 std::vector<TileConfig> compiled_tile_configs(fc_kernel_family family, fc_dtype dtype,
                                               int head_dim);
 

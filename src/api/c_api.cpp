@@ -69,6 +69,38 @@ fc_status fc_backward(const fc_backward_args* args) {
   }
 }
 
+void fc_kvcache_args_init(fc_kvcache_args* args) {
+  if (args == nullptr) return;
+  *args = fc_kvcache_args{};
+  args->abi_version = FC_ABI_VERSION;
+  args->dtype = FC_BFLOAT16;
+  args->window_left = -1;
+  args->window_right = -1;
+  args->family = FC_FAMILY_AUTO;
+}
+
+fc_status fc_kvcache_workspace_size(const fc_kvcache_args* args, uint64_t* bytes) {
+  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
+  if (bytes == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "bytes is null"});
+  try {
+    uint64_t size = 0;
+    const flashcute::Status s = flashcute::kvcache_workspace_size(*args, size);
+    if (s.ok()) *bytes = size;
+    return record(s);
+  } catch (const std::exception& e) {
+    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
+  }
+}
+
+fc_status fc_kvcache(const fc_kvcache_args* args) {
+  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
+  try {
+    return record(flashcute::kvcache(*args));
+  } catch (const std::exception& e) {
+    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
+  }
+}
+
 const char* fc_last_error(void) { return last_error.c_str(); }
 
 int32_t fc_compiled_tile_configs(int32_t family, int32_t dtype, int32_t head_dim,

@@ -14,6 +14,7 @@ namespace flashcute {
 struct DeviceLimits {
   int compute_capability;     // major * 10 + minor
   size_t max_smem_per_block;  // the opt-in limit
+  int sm_count;
 };
 
 // Every kernel family needs compute capability 8.0 or newer: an error naming the device's

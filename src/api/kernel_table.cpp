@@ -1,3 +1,4 @@
+#include "kernels/decode/decode_registry.hpp"
 #include "kernels/kernel_registry.hpp"
 
 namespace flashcute {
@@ -18,6 +19,15 @@ const BackwardKernelTable& backward_kernel_table() {
   static const BackwardKernelTable table = [] {
     BackwardKernelTable t;
     register_sm80_backward_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
+const DecodeKernelTable& decode_kernel_table() {
+  static const DecodeKernelTable table = [] {
+    DecodeKernelTable t;
+    register_sm80_decode_kernels(t);
     return t;
   }();
   return table;

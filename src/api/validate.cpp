@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -236,6 +237,221 @@ Status validate_backward_arguments(const BackwardArgs& a, BackwardParams& p) {
   return {};
 }
 
+int64_t kvcache_capacity(const KvcacheArgs& a) {
+  return a.block_table != nullptr ? a.pages_per_sequence * a.seqlen_cache : a.seqlen_cache;
+}
+
+Status validate_kvcache_arguments(const KvcacheArgs& a, DecodeParams& p) {
+  if (a.abi_version != FC_ABI_VERSION) {
+    return invalid("abi_version: expected " + std::to_string(FC_ABI_VERSION) +
+                   " (call fc_kvcache_args_init)");
+  }
+  if (a.dtype != FC_FLOAT16 && a.dtype != FC_BFLOAT16) {
+    return invalid("dtype: must be FC_FLOAT16 or FC_BFLOAT16 (got " + std::to_string(a.dtype) +
+                   ")");
+  }
+  const bool paged = a.block_table != nullptr;
+  const bool packed = a.cu_seqlens_q != nullptr;
+  const struct {
+    const char* name;
+    int64_t value;
+  } sizes[] = {{"batch", a.batch},
+               {"seqlen_q", a.seqlen_q},
+               {"heads", a.heads},
+               {"heads_k", a.heads_k},
+               {"head_dim", a.head_dim},
+               {"total_q", a.total_q},
+               {"seqlen_new", a.seqlen_new},
+               {"batch_cache", a.batch_cache},
+               {paged ? "seqlen_cache (the page size)" : "seqlen_cache", a.seqlen_cache},
+               {"cache_seqlen", a.cache_seqlen},
+               {"pages_per_sequence", a.pages_per_sequence},
+               {"block_table_stride", a.block_table_stride},
+               {"rotary_dim", a.rotary_dim},
+               {"rotary_seqlen", a.rotary_seqlen},
+               {"alibi_batch_stride", a.alibi_batch_stride}};
+  for (const auto& s : sizes) {
+    if (s.value < 0)
+      return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
+    if (s.value > INT_MAX) return invalid(std::string(s.name) + " exceeds 2^31 - 1");
+  }
+  if (a.batch > 65535) return invalid("batch: at most 65535");
+  if (a.heads > 65535) return invalid("heads: at most 65535");
+  if (a.head_dim == 0 || a.head_dim % 8 != 0 || a.head_dim > 256) {
+    return invalid("head_dim must be a multiple of 8 in [8, 256] (got " +
+                   std::to_string(a.head_dim) + ")");
+  }
+  if (a.heads == 0 || a.heads_k == 0) {
+    if (a.heads != a.heads_k) return invalid("heads and heads_k: both must be >= 1 (or both 0)");
+  } else if (a.heads % a.heads_k != 0) {
+    return invalid("heads_k (" + std::to_string(a.heads_k) + ") must divide heads (" +
+                   std::to_string(a.heads) + ")");
+  }
+  if (!std::isfinite(a.softmax_scale)) return invalid("softmax_scale must be finite");
+  if (!std::isfinite(a.softcap) || a.softcap < 0) return invalid("softcap must be finite and >= 0");
+  if (a.causal != 0 && a.causal != 1) return invalid("causal must be 0 or 1");
+  if (a.window_left < -1) return invalid("window_left must be >= 0, or -1 for unbounded");
+  if (a.window_right < -1) return invalid("window_right must be >= 0, or -1 for unbounded");
+  if (a.rotary_interleaved != 0 && a.rotary_interleaved != 1) {
+    return invalid("rotary_interleaved must be 0 or 1");
+  }
+  if (a.debug_checks != 0 && a.debug_checks != 1) return invalid("debug_checks must be 0 or 1");
+  if (a.num_splits < 0 || a.num_splits > FC_KVCACHE_MAX_SPLITS) {
+    return invalid("num_splits must be in [0, " + std::to_string(FC_KVCACHE_MAX_SPLITS) +
+                   "] (0: automatic)");
+  }
+  if (a.family != FC_FAMILY_AUTO && a.family != FC_FAMILY_SM80 && a.family != FC_FAMILY_SM90) {
+    return invalid("family must be FC_FAMILY_AUTO, FC_FAMILY_SM80 or FC_FAMILY_SM90");
+  }
+
+  // The cache's layout.
+  if (paged) {
+    if (a.cache_batch_idx != nullptr) {
+      return invalid("cache_batch_idx: not taken with a paged cache (block_table maps sequences)");
+    }
+    if (a.seqlen_cache == 0 || a.seqlen_cache % 16 != 0) {
+      return invalid(
+          "seqlen_cache: the page size of a paged cache must be a positive multiple of "
+          "16 (got " +
+          std::to_string(a.seqlen_cache) + ")");
+    }
+    if (a.batch > 1 && a.block_table_stride < a.pages_per_sequence) {
+      return invalid("block_table_stride (" + std::to_string(a.block_table_stride) +
+                     ") is smaller than pages_per_sequence (" +
+                     std::to_string(a.pages_per_sequence) + ")");
+    }
+  } else if (a.cache_batch_idx == nullptr && a.batch_cache < a.batch) {
+    return invalid("batch_cache (" + std::to_string(a.batch_cache) + ") is smaller than batch (" +
+                   std::to_string(a.batch) + ") and there is no cache_batch_idx");
+  }
+  const int64_t capacity = kvcache_capacity(a);
+  if (capacity > INT_MAX) return invalid("the cache's capacity per sequence exceeds 2^31 - 1");
+  // A window wider than any query and key span is no window.
+  const int64_t span = a.seqlen_q + capacity;
+  if (a.cache_seqlens == nullptr && a.cache_seqlen + a.seqlen_new > capacity) {
+    return invalid("cache_seqlen (" + std::to_string(a.cache_seqlen) + ") + seqlen_new (" +
+                   std::to_string(a.seqlen_new) + ") exceeds the cache's capacity (" +
+                   std::to_string(capacity) + " slots per sequence)");
+  }
+
+  // New tokens, rotary, packed queries.
+  const bool has_new = a.k_new.data != nullptr || a.v_new.data != nullptr;
+  if (has_new && (a.k_new.data == nullptr || a.v_new.data == nullptr)) {
+    return invalid("k_new and v_new must be given together");
+  }
+  if (!has_new && a.seqlen_new != 0) {
+    return invalid("seqlen_new is " + std::to_string(a.seqlen_new) + " without k_new and v_new");
+  }
+  const bool rotary = a.rotary_cos != nullptr || a.rotary_sin != nullptr;
+  if (rotary && (a.rotary_cos == nullptr || a.rotary_sin == nullptr)) {
+    return invalid("rotary_cos and rotary_sin must be given together");
+  }
+  if (!rotary && a.rotary_dim != 0) return invalid("rotary_dim is set without rotary_cos");
+  if (rotary) {
+    if (a.rotary_dim == 0 || a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim) {
+      return invalid("rotary_dim must be even, in [2, head_dim] (got " +
+                     std::to_string(a.rotary_dim) + ")");
+    }
+    if (a.rotary_seqlen == 0) return invalid("rotary_seqlen must be >= 1");
+    if (reinterpret_cast<uintptr_t>(a.rotary_cos) % 2 != 0 ||
+        reinterpret_cast<uintptr_t>(a.rotary_sin) % 2 != 0) {
+      return invalid("rotary_cos / rotary_sin: not 2-byte aligned");
+    }
+  }
+  if (packed && (has_new || rotary)) {
+    return invalid("cu_seqlens_q: packed queries take neither new tokens nor rotary embedding");
+  }
+
+  const bool empty = a.batch == 0 || a.heads == 0;
+  if (!empty) {
+    // Rotary positions the host knows (one cache length for all): the tables must reach them.
+    const bool q_per_token = a.causal != 0 || (a.window_left >= 0 && a.window_left < span) ||
+                             (a.window_right >= 0 && a.window_right < span);
+    const int64_t rotated_tokens = std::max(a.seqlen_new, q_per_token ? a.seqlen_q : 1);
+    if (rotary && a.cache_seqlens == nullptr && a.cache_seqlen + rotated_tokens > a.rotary_seqlen) {
+      return invalid("rotary_seqlen (" + std::to_string(a.rotary_seqlen) +
+                     ") is shorter than the positions to rotate (up to " +
+                     std::to_string(a.cache_seqlen + rotated_tokens) + ")");
+    }
+    const int64_t batch_extent = packed ? 1 : a.batch;
+    const int64_t q_rows = packed ? a.total_q : a.seqlen_q;
+    Status s;
+    if (a.seqlen_q > 0) {
+      s = check_tensor("q", a.q, batch_extent, q_rows, a.heads);
+      if (s.ok()) s = check_tensor("o", a.o, batch_extent, q_rows, a.heads);
+    }
+    if (s.ok()) s = check_tensor("k_cache", a.k_cache, a.batch_cache, a.seqlen_cache, a.heads_k);
+    if (s.ok()) s = check_tensor("v_cache", a.v_cache, a.batch_cache, a.seqlen_cache, a.heads_k);
+    if (s.ok() && has_new) {
+      s = check_tensor("k_new", a.k_new, a.batch, a.seqlen_new, a.heads_k);
+      if (s.ok()) s = check_tensor("v_new", a.v_new, a.batch, a.seqlen_new, a.heads_k);
+    }
+    if (!s.ok()) return s;
+    if (a.softmax_lse != nullptr && reinterpret_cast<uintptr_t>(a.softmax_lse) % 4 != 0) {
+      return invalid("softmax_lse is not 4-byte aligned");
+    }
+    if (paged && a.pages_per_sequence == 0) {
+      return invalid("pages_per_sequence must be >= 1 with a block_table");
+    }
+  }
+
+  p = DecodeParams{};
+  p.q = a.q.data;
+  p.k = a.k_cache.data;
+  p.v = a.v_cache.data;
+  p.o = a.o.data;
+  p.lse = a.softmax_lse;
+  copy_strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  copy_strides(a.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  copy_strides(a.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  copy_strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.batch = int(a.batch);
+  p.heads = int(a.heads);
+  p.heads_k = int(a.heads_k);
+  p.heads_per_kv_head = a.heads_k > 0 ? int(a.heads / a.heads_k) : 1;
+  p.head_dim = int(a.head_dim);
+  p.seqlen_q = int(a.seqlen_q);
+  p.seqlen_k = int(capacity);
+  p.total_q = packed ? a.total_q : a.batch * a.seqlen_q;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.lse_head_stride = packed ? a.total_q : a.seqlen_q;
+  p.lse_batch_stride = packed ? 0 : a.heads * a.seqlen_q;
+  p.softmax_scale = a.softmax_scale;
+  p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
+  p.softcap = a.softcap;
+  p.bottom_right = true;
+  p.window_left = a.window_left < 0 || a.window_left >= span ? -1 : int(a.window_left);
+  p.window_right = a.window_right < 0 || a.window_right >= span ? -1 : int(a.window_right);
+  if (a.causal) p.window_right = 0;
+  p.alibi_slopes = a.alibi_slopes;
+  p.alibi_batch_stride = a.alibi_batch_stride;
+
+  p.cache_seqlens = a.cache_seqlens;
+  p.cache_seqlen = int(a.cache_seqlen);
+  p.cache_batch_idx = a.cache_batch_idx;
+  p.cache_leftpad = a.cache_leftpad;
+  p.block_table = a.block_table;
+  p.block_table_stride = a.block_table_stride;
+  p.page_size = int(a.seqlen_cache);
+  p.pages_per_sequence = int(a.pages_per_sequence);
+  p.batch_cache = int(a.batch_cache);
+  p.k_new = has_new ? a.k_new.data : nullptr;
+  p.v_new = has_new ? a.v_new.data : nullptr;
+  copy_strides(a.k_new, p.k_new_batch_stride, p.k_new_row_stride, p.k_new_head_stride);
+  copy_strides(a.v_new, p.v_new_batch_stride, p.v_new_row_stride, p.v_new_head_stride);
+  p.seqlen_new = int(a.seqlen_new);
+  p.rotary_cos = a.rotary_cos;
+  p.rotary_sin = a.rotary_sin;
+  p.rotary_dim = int(a.rotary_dim);
+  p.rotary_seqlen = int(a.rotary_seqlen);
+  p.rotary_interleaved = a.rotary_interleaved != 0;
+  p.rotary_per_token = a.causal != 0 || p.window_left >= 0 || p.window_right >= 0;
+  // ALiBi's bias differs per head, and a packed block's rows are several heads.
+  p.pack_gqa = p.heads_per_kv_head > 1 && a.alibi_slopes == nullptr;
+  p.num_splits = 1;
+  return {};
+}
+
 namespace {
 
 struct NamedPointer {
@@ -297,6 +513,27 @@ Status find_tensor_device(const BackwardArgs& a, int& device) {
                                   {"softmax_lse", has_q ? a.softmax_lse : nullptr},
                                   {"cu_seqlens_q", a.cu_seqlens_q},
                                   {"cu_seqlens_k", a.cu_seqlens_k},
+                                  {"alibi_slopes", a.alibi_slopes},
+                                  {"workspace", a.workspace}};
+  return find_device(tensors, device);
+}
+
+Status find_tensor_device(const KvcacheArgs& a, int& device) {
+  const bool has_q = a.seqlen_q > 0;
+  const NamedPointer tensors[] = {{"q", has_q ? a.q.data : nullptr},
+                                  {"o", has_q ? a.o.data : nullptr},
+                                  {"k_cache", a.k_cache.data},
+                                  {"v_cache", a.v_cache.data},
+                                  {"k_new", a.k_new.data},
+                                  {"v_new", a.v_new.data},
+                                  {"cache_seqlens", a.cache_seqlens},
+                                  {"cache_batch_idx", a.cache_batch_idx},
+                                  {"cache_leftpad", a.cache_leftpad},
+                                  {"block_table", a.block_table},
+                                  {"cu_seqlens_q", a.cu_seqlens_q},
+                                  {"rotary_cos", a.rotary_cos},
+                                  {"rotary_sin", a.rotary_sin},
+                                  {"softmax_lse", has_q ? a.softmax_lse : nullptr},
                                   {"alibi_slopes", a.alibi_slopes},
                                   {"workspace", a.workspace}};
   return find_device(tensors, device);
