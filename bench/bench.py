@@ -12,8 +12,10 @@ in a moment the others do not share.
 bench/README.md describes the JSON. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
 "torch_cudnn", "torch_efficient" (SDPA with that backend forced). One that cannot run a row is left
-out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, and bwd (the backward:
-ours and SDPA's flash and cuDNN backends through autograd; measured only when asked for, --kinds).
+out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, bwd (the backward:
+ours and SDPA's flash and cuDNN backends through autograd) and decode (one query against a KV
+cache: flash_attn_with_kvcache, contiguous and paged, against SDPA; GB/s of cache read); bwd and
+decode are measured only when asked for (--kinds).
 
 Usage: python3 bench/bench.py [--kinds KIND,...] [--quick] [--rows REGEX] [--out DIR_OR_FILE.json]
 The library comes from the installed flashcute wheel, or FLASHCUTE_LIB=/path/libflashcute.so with
@@ -62,6 +64,10 @@ OUR_FAMILIES = (("ours", "auto"), ("ours_sm80", "sm80"), ("ours_sm90", "sm90"))
 BWD_PEERS = ("torch_flash", "torch_cudnn")
 # The backward does about 2.5 times the forward's matrix-multiply work (5 GEMMs against 2).
 BWD_FLOPS_FACTOR = 2.5
+# Decode rows: (batch, cached keys) for h 32, d 128, bf16, with hk 8 and 32; the paged cache's page.
+DECODE_SHAPES = ((1, 32768), (1, 131072), (32, 4096), (32, 32768), (128, 8192))
+DECODE_HEADS_K = (8, 32)
+DECODE_PAGE_SIZE = 64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,18 +123,24 @@ def bwd_rows():
             for causal in (False, True)]
 
 
+def decode_rows():
+    """One query token per sequence against a KV cache of sk keys (sq 1, h 32, d 128, bf16)."""
+    return [dict(b=b, sq=1, sk=sk, h=32, hk=hk, d=128, causal=False, dtype="bf16", kind="decode")
+            for b, sk in DECODE_SHAPES for hk in DECODE_HEADS_K]
+
+
 def kind_of(r):
     return r.get("kind", "plain")
 
 
 # Every kind bench.py measures, and those a run measures unless --kinds names others: the backward
-# (40 rows, some 3 to 5 minutes on an H200) only when asked for.
-KINDS = ("plain", "gqa", "varlen", "varlen_short", "window", "lse", "bwd")
-DEFAULT_KINDS = tuple(k for k in KINDS if k != "bwd")
+# (40 rows, some 3 to 5 minutes on an H200) and decode only when asked for.
+KINDS = ("plain", "gqa", "varlen", "varlen_short", "window", "lse", "bwd", "decode")
+DEFAULT_KINDS = tuple(k for k in KINDS if k not in ("bwd", "decode"))
 
 
 def all_rows():
-    return plain_rows() + feature_rows() + bwd_rows()
+    return plain_rows() + feature_rows() + bwd_rows() + decode_rows()
 
 
 def is_quick(r):
@@ -136,6 +148,8 @@ def is_quick(r):
     kind = kind_of(r)
     if kind == "bwd":
         return (r["b"], r["sq"], r["h"]) == (4, 8192, 16)
+    if kind == "decode":
+        return (r["b"], r["sk"]) == (32, 4096)
     seed = (r["b"], r["sq"], r["h"]) == (4, 8192, 16) and r["dtype"] == "bf16" and kind == "plain"
     small = r["d"] == 64 and r["sq"] == 1024 and not r["causal"] and kind == "plain"
     feature = kind != "plain" and (kind != "window" or r["window"] == [1024, 0])
@@ -151,7 +165,8 @@ def label(r):
     if r.get("kind") == "window":
         extra = f" w{r['window'][0]},{r['window'][1]}"
     name = r.get("kind", "plain")
-    return (f"{name} b{r['b']} s{r['sq']} h{r['h']}/{r['hk']} d{r['d']} {r['dtype']} "
+    lengths = f"s{r['sq']}" if r["sq"] == r["sk"] else f"s{r['sq']}x{r['sk']}"
+    return (f"{name} b{r['b']} {lengths} h{r['h']}/{r['hk']} d{r['d']} {r['dtype']} "
             f"{'causal' if r['causal'] else 'full'}{extra}")
 
 
@@ -174,6 +189,12 @@ def flops(r):
 def dense_flops(r):
     total = 4 * r["b"] * r["h"] * r["sq"] * r["sk"] * r["d"]
     return total / 2 if r["causal"] and r["sq"] == r["sk"] else total
+
+
+def decode_bytes(r):
+    """The bytes of K and V cache a decode row reads: each cached element once, whatever the
+    layout (2 bytes each, bf16 or fp16)."""
+    return 2 * r["b"] * r["sk"] * r["hk"] * r["d"] * 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,27 +301,8 @@ def run_row(r, args, log):
     q, k, v = make_inputs(r, gen)
     work = flops(r)
     # name -> (callable, context manager factory, FLOPs it is rated by)
-    timed = {}
-    peer_out = None
-    for name, backend in PEERS.items():
-        fn = peer_callable(r, q, k, v)
-        context = (lambda b: lambda: sdpa_kernel(b))(backend)
-        # SDPA explains a refusal in warnings and then raises "No available kernel".
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                with context():
-                    out = fn()
-                    torch.cuda.synchronize()
-            except RuntimeError as error:
-                reasons = [str(w.message).splitlines()[0] for w in caught] + [str(error)]
-                log(f"  {name}: left out ({'; '.join(reasons)[:200]})")
-                continue
-        timed[name] = (fn, context, work)
-        if peer_out is None and r.get("kind") not in VARLEN_KINDS:
-            peer_out = out  # the padded varlen batch computes something else
-        else:
-            del out
+    timed, peer_out = peer_timings(r, q, k, v, PEERS, work, log)
+    peer_out = None if r.get("kind") in VARLEN_KINDS else peer_out  # the padded batch differs
 
     varlen = r.get("kind") in VARLEN_KINDS
     ours = varlen_callables(r, q, k, v) if varlen else our_callables(r, q, k, v)
@@ -323,6 +325,92 @@ def run_row(r, args, log):
         rated = dense_flops(r) if name == "ours_padded" else work
         timed[name] = (fn, contextlib.nullcontext, rated)
     return time_row(r, timed, args, log)
+
+
+def peer_timings(r, q, k, v, peers, work, log):
+    """SDPA with each backend of `peers` (name -> SDPBackend) that runs the row: name ->
+    (callable, backend context factory, work), and the first backend's output (None if none)."""
+    timed, peer_out = {}, None
+    for name, backend in peers.items():
+        fn = peer_callable(r, q, k, v)
+        context = (lambda b: lambda: sdpa_kernel(b))(backend)
+        # SDPA explains a refusal in warnings and then raises "No available kernel".
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with context():
+                    out = fn()
+                    torch.cuda.synchronize()
+            except RuntimeError as error:
+                reasons = [str(w.message).splitlines()[0] for w in caught] + [str(error)]
+                log(f"  {name}: left out ({'; '.join(reasons)[:200]})")
+                continue
+        timed[name] = (fn, context, work)
+        if peer_out is None:
+            peer_out = out
+        else:
+            del out
+    return timed, peer_out
+
+
+# Decode: SDPA's backends that the decode rows compare with.
+DECODE_PEERS = {name: PEERS[name] for name in ("torch_cudnn", "torch_flash")}
+
+
+def paged_copy(k, v, page_size, gen):
+    """k and v (b, sk, hk, d) copied into pages of page_size slots, in shuffled order: (k pages,
+    v pages, block table (b, sk / page_size) int32)."""
+    b, sk, hk, d = k.shape
+    per_seq = sk // page_size
+    table = torch.randperm(b * per_seq, generator=gen, device=k.device).to(torch.int32)
+    table = table.view(b, per_seq)
+    pages = []
+    for t in (k, v):
+        paged = torch.empty((b * per_seq, page_size, hk, d), dtype=t.dtype, device=t.device)
+        paged[table.flatten().long()] = t.view(b * per_seq, page_size, hk, d)
+        pages.append(paged)
+    return pages[0], pages[1], table
+
+
+def decode_callables(r, q, k, v, gen):
+    """ours (the contiguous cache), ours_paged (pages of DECODE_PAGE_SIZE, shuffled block table)
+    and ours_sm80 (the family forced), each cache_seqlens = sk as a device tensor."""
+    seqlens = torch.full((r["b"],), r["sk"], dtype=torch.int32, device=q.device)
+    pk, pv, table = paged_copy(k, v, DECODE_PAGE_SIZE, gen)
+    options = dict(cache_seqlens=seqlens, causal=r["causal"])
+    return {
+        "ours": lambda: flashcute.flash_attn_with_kvcache(q, k, v, **options),
+        "ours_paged": lambda: flashcute.flash_attn_with_kvcache(q, pk, pv, block_table=table,
+                                                                **options),
+        "ours_sm80": lambda: flashcute.flash_attn_with_kvcache(q, k, v, family="sm80",
+                                                               **options),
+    }
+
+
+def run_decode_row(r, args, log):
+    """One query per sequence against a (b, sk, hk, d) cache: SDPA on (b, h, 1, d) against the
+    cache's (b, hk, sk, d) view (enable_gqa when hk < h), ours through flash_attn_with_kvcache.
+    Rated in GB/s of cache read (decode_bytes)."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    q, k, v = make_inputs(r, gen)
+    work = decode_bytes(r)
+    timed, peer_out = peer_timings(r, q, k, v, DECODE_PEERS, work, log)
+    for name, fn in decode_callables(r, q, k, v, gen).items():
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+        except (flashcute.FlashCuteError, ValueError, TypeError, NotImplementedError) as error:
+            log(f"  {name}: left out ({error})")
+            continue
+        if peer_out is not None:
+            err = rel_l2(out, peer_out)
+            if not err <= CHECK_REL_L2:
+                log(f"  {name}: WRONG (relative L2 {err:.3g} against SDPA): not timed")
+                continue
+        del out
+        timed[name] = (fn, contextlib.nullcontext, work)
+    return time_row(r, timed, args, log, figure="gbps", unit=1e9)
 
 
 def bwd_peer_callables(r, q, k, v, dout, log):
@@ -402,8 +490,9 @@ def run_bwd_row(r, args, log):
     return time_row(r, timed, args, log)
 
 
-def time_row(r, timed, args, log):
-    """Times `timed` (name -> (callable, context factory, FLOPs)) and returns the row's entry."""
+def time_row(r, timed, args, log, figure="tflops", unit=1e12):
+    """Times `timed` (name -> (callable, context factory, work)) and returns the row's entry, with
+    `figure` = work / seconds / unit per implementation (FLOPs and TFLOP/s unless told)."""
     # The clock and power state drift while a row runs, so no implementation may own one moment:
     # each round times every implementation once, the order rotating between rounds, and a
     # figure is the median of its rounds.
@@ -415,11 +504,11 @@ def time_row(r, timed, args, log):
             fn, context, _ = timed[name]
             with context():
                 samples[name].append(median_ms(fn, args.warmup, args.iters))
-    rates = {name: [timed[name][2] / (ms * 1e-3) / 1e12 for ms in samples[name]] for name in names}
+    rates = {name: [timed[name][2] / (ms * 1e-3) / unit for ms in samples[name]] for name in names}
     log("  rounds: " + "; ".join(f"{name} " + " ".join(f"{v:.0f}" for v in rates[name])
                                  for name in names))
     entry = {key: value for key, value in r.items()}
-    entry["tflops"] = {name: round(statistics.median(rates[name]), 1) for name in names}
+    entry[figure] = {name: round(statistics.median(rates[name]), 1) for name in names}
     return entry
 
 
@@ -452,12 +541,16 @@ def output_path(out, gpu_name):
 
 def summary(rows):
     """One line a row: each implementation's TFLOP/s and ours / cuDNN (and, for the backward,
-    ours_sm80 / SDPA flash, FlashAttention-2's backward)."""
+    ours_sm80 / SDPA flash, FlashAttention-2's backward); decode rows (GB/s) in a table of their
+    own."""
     names = ["ours", "ours_sm80", "ours_sm90", "torch_flash", "torch_cudnn", "torch_efficient"]
     short = ["ours", "sm80", "sm90", "flash", "cudnn", "effic"]
     mha = {(r["b"], r["sq"], r["h"], r["d"], r["causal"], r["dtype"]): r["tflops"].get("ours")
            for r in rows if "kind" not in r}
-    lines = [f"{'row':<50}" + "".join(f"{s:>8}" for s in short) + f"{'ours/cudnn':>12}"]
+    decode = [r for r in rows if "gbps" in r]
+    rows = [r for r in rows if "tflops" in r]
+    lines = [f"{'row':<50}" + "".join(f"{s:>8}" for s in short) + f"{'ours/cudnn':>12}"] if rows \
+        else []
     for r in rows:
         t = r["tflops"]
         cells = "".join(f"{t[n]:>8.1f}" if n in t else f"{'-':>8}" for n in names)
@@ -475,6 +568,17 @@ def summary(rows):
         elif r.get("kind") == "window" and t.get("ours"):
             note = f"  ours {flops(r) / (t['ours'] * 1e12) * 1e3:.3f} ms"
         lines.append(f"{label(r):<50}{cells}{ratio}{note}")
+    if decode:
+        names = ["ours", "ours_paged", "ours_sm80", "torch_flash", "torch_cudnn"]
+        short = ["ours", "paged", "sm80", "flash", "cudnn"]
+        lines.append(f"{'decode row (GB/s of KV cache read)':<50}"
+                     + "".join(f"{s:>8}" for s in short) + f"{'ours/cudnn':>12}")
+        for r in decode:
+            t = r["gbps"]
+            cells = "".join(f"{t[n]:>8.0f}" if n in t else f"{'-':>8}" for n in names)
+            ratio = (f"{t['ours'] / t['torch_cudnn']:>12.2f}"
+                     if t.get("ours") and t.get("torch_cudnn") else f"{'-':>12}")
+            lines.append(f"{label(r):<50}{cells}{ratio}")
     return "\n".join(lines)
 
 
@@ -482,7 +586,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
                         help=f"comma-separated kinds of rows to measure, among {', '.join(KINDS)}, "
-                        "or 'all' (default: all but bwd)")
+                        "or 'all' (default: all but bwd and decode)")
     parser.add_argument("--quick", action="store_true",
                         help="a few rows of the chosen kinds, for smoke tests")
     parser.add_argument("--rows", help="regular expression over row labels, e.g. 'plain.*d128' "
@@ -514,7 +618,8 @@ def main():
     if args.rows:
         rows = [r for r in rows if re.search(args.rows, label(r))]
     if not rows:
-        parser.error(f"no row of the kinds {', '.join(kinds)} matches (bwd rows need --kinds bwd)")
+        parser.error(f"no row of the kinds {', '.join(kinds)} matches (bwd and decode rows need "
+                     "--kinds bwd or --kinds decode)")
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"library {flashcute.library_path()}", flush=True)
@@ -527,9 +632,10 @@ def main():
         # The forward rows run without autograd; the backward rows need it.
         backward = kind_of(r) == "bwd"
         with torch.inference_mode(not backward), torch.set_grad_enabled(backward):
-            measure = run_bwd_row if backward else run_row
+            measure = {"bwd": run_bwd_row, "decode": run_decode_row}.get(kind_of(r), run_row)
             entry = measure(r, args, lambda line: print(line, flush=True))
-        print("  " + ", ".join(f"{n} {v}" for n, v in entry["tflops"].items()), flush=True)
+        figures = entry.get("tflops", entry.get("gbps", {}))
+        print("  " + ", ".join(f"{n} {v}" for n, v in figures.items()), flush=True)
         results.append(entry)
         torch.cuda.empty_cache()
 

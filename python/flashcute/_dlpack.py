@@ -322,6 +322,45 @@ def backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_se
     return _to_caller(framework, tuple(grads))
 
 
+def kvcache(tensors, cache_seqlen, max_seqlen_q, options_fn, return_lse):
+    """Attention over a KV cache for DLPack inputs: (out, lse or None), allocated as forward()
+    allocates its output. tensors: name -> array or None (the names of _torch._KVCACHE_TENSORS);
+    cache_seqlen as there. New keys and values are written into k_cache and v_cache in place."""
+    if tensors.get("k") is not None and _framework(tensors["k_cache"]) in ("jax", "jaxlib"):
+        raise ValueError(
+            "k and v: JAX arrays are immutable, so the new keys and values cannot be written into "
+            "k_cache and v_cache; append them with JAX and pass k=None, v=None")
+    inputs = [(name, x) for name, x in tensors.items() if x is not None]
+    framework, q_index, allocator, stream, capsules, descs = _export(inputs)
+    alibi = descs.pop("alibi_slopes", None)
+    problem = _checks.check_kvcache(**descs, cache_seqlen=cache_seqlen,
+                                    max_seqlen_q=max_seqlen_q, alibi=alibi)
+    options = options_fn(problem)
+    _checks.check_pointers(list(descs.values()) + [alibi])
+
+    out = allocator.empty(problem.out_shape(), problem.dtype)
+    out_desc = _out_desc("out", out, problem.out_shape(), problem.dtype, q_index, allocator.pointer)
+    lse = lse_desc = None
+    if return_lse:
+        lse = allocator.empty(problem.lse_shape(), "fp32")
+        lse_desc = _out_desc("softmax_lse", lse, problem.lse_shape(), "fp32", q_index,
+                             allocator.pointer)
+    named = {name: descs.get(name) for name in (
+        "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin", "cache_seqlens",
+        "cache_batch_idx", "cache_leftpad", "block_table", "cu_seqlens_q")}
+    args = _checks.build_kvcache_args(problem, options, descs["q"], out_desc, lse=lse_desc,
+                                      alibi=alibi, stream=stream, **named)
+    # From the allocator of the stream the kernels run on, as backward()'s workspace.
+    size = _library.kvcache_workspace_size(args)
+    if size:
+        workspace = allocator.empty((size,), "uint8")
+        args.workspace, args.workspace_bytes = allocator.pointer(workspace), size
+    _library.kvcache(args)
+    del capsules  # the launch is queued
+    out, lse = _to_caller(framework, (out, lse))
+    return out, lse
+
+
 _FAST_DTYPES = {"fp16": _library.FLOAT16, "bf16": _library.BFLOAT16}
 
 

@@ -1,7 +1,7 @@
 """ctypes mirror of include/flashcute/flashcute.h and the loader of libflashcute.so.
 
-Nothing here touches a GPU: loading the library and filling an fc_forward_args or fc_backward_args
-need no device, so the CPU test suite exercises this module directly.
+Nothing here touches a GPU: loading the library and filling an fc_forward_args, fc_backward_args or
+fc_kvcache_args need no device, so the CPU test suite exercises this module directly.
 """
 
 import ctypes
@@ -30,6 +30,9 @@ ALIGNMENTS = {"top_left": CAUSAL_TOP_LEFT, "bottom_right": CAUSAL_BOTTOM_RIGHT}
 
 # fc_kernel_family
 FAMILIES = {"auto": 0, "sm80": 80, "sm90": 90}
+
+# FC_KVCACHE_MAX_SPLITS: the most parts fc_kvcache may split each sequence's keys into.
+KVCACHE_MAX_SPLITS = 128
 
 
 class FcTensor(ctypes.Structure):
@@ -104,6 +107,49 @@ class FcBackwardArgs(ctypes.Structure):
                 ])
 
 
+class FcKvcacheArgs(ctypes.Structure):
+    _fields_ = ([("abi_version", ctypes.c_int32)] +
+                _tensors("q", "o", "k_cache", "v_cache", "k_new", "v_new") + [
+                    ("dtype", ctypes.c_int32),
+                    ("batch", ctypes.c_int64),
+                    ("seqlen_q", ctypes.c_int64),
+                    ("heads", ctypes.c_int64),
+                    ("heads_k", ctypes.c_int64),
+                    ("head_dim", ctypes.c_int64),
+                    ("cu_seqlens_q", ctypes.c_void_p),
+                    ("total_q", ctypes.c_int64),
+                    ("seqlen_new", ctypes.c_int64),
+                    ("batch_cache", ctypes.c_int64),
+                    ("seqlen_cache", ctypes.c_int64),
+                    ("cache_seqlens", ctypes.c_void_p),
+                    ("cache_seqlen", ctypes.c_int64),
+                    ("cache_batch_idx", ctypes.c_void_p),
+                    ("cache_leftpad", ctypes.c_void_p),
+                    ("block_table", ctypes.c_void_p),
+                    ("block_table_stride", ctypes.c_int64),
+                    ("pages_per_sequence", ctypes.c_int64),
+                    ("rotary_cos", ctypes.c_void_p),
+                    ("rotary_sin", ctypes.c_void_p),
+                    ("rotary_dim", ctypes.c_int64),
+                    ("rotary_seqlen", ctypes.c_int64),
+                    ("rotary_interleaved", ctypes.c_int32),
+                    ("softmax_lse", ctypes.c_void_p),
+                    ("softmax_scale", ctypes.c_float),
+                    ("causal", ctypes.c_int32),
+                    ("window_left", ctypes.c_int64),
+                    ("window_right", ctypes.c_int64),
+                    ("softcap", ctypes.c_float),
+                    ("alibi_slopes", ctypes.c_void_p),
+                    ("alibi_batch_stride", ctypes.c_int64),
+                    ("num_splits", ctypes.c_int32),
+                    ("debug_checks", ctypes.c_int32),
+                    ("family", ctypes.c_int32),
+                    ("workspace", ctypes.c_void_p),
+                    ("workspace_bytes", ctypes.c_uint64),
+                    ("stream", ctypes.c_void_p),
+                ])
+
+
 class FlashCuteError(RuntimeError):
     """A call into libflashcute failed; `status` is the fc_status, the message fc_last_error()."""
 
@@ -168,6 +214,14 @@ def load():
             lib.fc_backward_workspace_size.restype = ctypes.c_int
             lib.fc_backward.argtypes = [ctypes.POINTER(FcBackwardArgs)]
             lib.fc_backward.restype = ctypes.c_int
+            lib.fc_kvcache_args_init.argtypes = [ctypes.POINTER(FcKvcacheArgs)]
+            lib.fc_kvcache_args_init.restype = None
+            lib.fc_kvcache_workspace_size.argtypes = [
+                ctypes.POINTER(FcKvcacheArgs), ctypes.POINTER(ctypes.c_uint64),
+            ]
+            lib.fc_kvcache_workspace_size.restype = ctypes.c_int
+            lib.fc_kvcache.argtypes = [ctypes.POINTER(FcKvcacheArgs)]
+            lib.fc_kvcache.restype = ctypes.c_int
             lib.fc_last_error.argtypes = []
             lib.fc_last_error.restype = ctypes.c_char_p
             lib.fc_compiled_tile_configs.argtypes = [
@@ -274,6 +328,25 @@ def backward_workspace_size(args):
 def backward(args):
     """Calls fc_backward; failures raise as forward()'s do."""
     _raise_for(load().fc_backward(ctypes.byref(args)))
+
+
+def new_kvcache_args():
+    """An fc_kvcache_args filled with the library's defaults."""
+    args = FcKvcacheArgs()
+    load().fc_kvcache_args_init(ctypes.byref(args))
+    return args
+
+
+def kvcache_workspace_size(args):
+    """The workspace bytes fc_kvcache needs for args (the library checks args first)."""
+    size = ctypes.c_uint64()
+    _raise_for(load().fc_kvcache_workspace_size(ctypes.byref(args), ctypes.byref(size)))
+    return size.value
+
+
+def kvcache(args):
+    """Calls fc_kvcache; failures raise as forward()'s do."""
+    _raise_for(load().fc_kvcache(ctypes.byref(args)))
 
 
 def compiled_tile_configs(family, dtype, head_dim):

@@ -1,5 +1,7 @@
-"""The torch front end: custom ops (flashcute::fwd, flashcute::bwd) so torch.compile and CUDA graphs
-see one node per pass, with flashcute::fwd differentiable through flashcute::bwd.
+"""The torch front end: custom ops (flashcute::fwd, flashcute::bwd, flashcute::kvcache) so
+torch.compile and CUDA graphs see one node per pass, with flashcute::fwd differentiable through
+flashcute::bwd. flashcute::kvcache (attention over a KV cache) writes the new keys and values into
+the caches in place and has no gradient.
 
 Imported only when a torch tensor is passed, so `import flashcute` works without torch. The Python
 wrappers check metadata (traceable by dynamo); the ops' real implementations, which alone see data
@@ -263,6 +265,120 @@ def backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_se
         problem.seqlen_k if problem.varlen else 0,
         alibi_slopes, options.softmax_scale, options.causal, options.causal_alignment,
         options.window_left, options.window_right, options.softcap, deterministic, options.family)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention over a KV cache.
+
+# The tensors of a flashcute::kvcache call, by the names the user knows them by.
+_KVCACHE_TENSORS = ("q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin",
+                    "cache_seqlens", "cache_batch_idx", "cache_leftpad", "block_table",
+                    "cu_seqlens_q", "alibi_slopes")
+
+
+def _check_kvcache(tensors, cache_seqlen, max_seqlen_q, with_ptr):
+    """(problem, descs) for a dict name -> tensor or None (names as in _KVCACHE_TENSORS)."""
+    descs = {name: describe(t, name, with_ptr) for name, t in tensors.items() if t is not None}
+    alibi = descs.pop("alibi_slopes", None)
+    problem = _checks.check_kvcache(**descs, cache_seqlen=cache_seqlen, max_seqlen_q=max_seqlen_q,
+                                    alibi=alibi)
+    if alibi is not None:
+        descs["alibi_slopes"] = alibi
+    return problem, descs
+
+
+@torch.library.custom_op("flashcute::kvcache", mutates_args=("k_cache", "v_cache"),
+                         device_types="cuda")
+def _kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: Optional[torch.Tensor],
+    v: Optional[torch.Tensor],
+    rotary_cos: Optional[torch.Tensor],
+    rotary_sin: Optional[torch.Tensor],
+    cache_seqlens: Optional[torch.Tensor],
+    cache_seqlen: int,
+    cache_batch_idx: Optional[torch.Tensor],
+    cache_leftpad: Optional[torch.Tensor],
+    block_table: Optional[torch.Tensor],
+    cu_seqlens_q: Optional[torch.Tensor],
+    max_seqlen_q: int,
+    alibi_slopes: Optional[torch.Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    num_splits: int,
+    return_lse: bool,
+    debug_checks: bool,
+    family: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    # cache_seqlen holds for every sequence when cache_seqlens is None (the wrapper resolved it).
+    tensors = dict(zip(_KVCACHE_TENSORS, (
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, cu_seqlens_q, alibi_slopes)))
+    problem, descs = _check_kvcache(
+        tensors, None if cache_seqlens is not None else cache_seqlen, max_seqlen_q, True)
+    _checks.check_pointers(descs.values())
+    out = torch.empty(problem.out_shape(), dtype=q.dtype, device=q.device)
+    lse = torch.empty(problem.lse_shape() if return_lse else (0,), dtype=torch.float32,
+                      device=q.device)
+    options = _checks.KvcacheOptions(
+        softmax_scale, causal, _library.CAUSAL_BOTTOM_RIGHT, window_left, window_right, softcap,
+        family, (0, 0, 0), rotary_interleaved, num_splits, debug_checks)
+    named = {name: descs.get(name) for name in _KVCACHE_TENSORS if name != "q"}
+    named["alibi"] = named.pop("alibi_slopes")
+    args = _checks.build_kvcache_args(
+        problem, options, descs["q"], describe(out, "out", True),
+        lse=describe(lse, "softmax_lse", True) if return_lse else None,
+        stream=torch.cuda.current_stream(q.device).cuda_stream, **named)
+    # Scratch for the split keys' partial results, on the stream the kernels run on (see _bwd).
+    size = _library.kvcache_workspace_size(args)
+    if size:
+        workspace = torch.empty((size,), dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), size
+    _library.kvcache(args)
+    return out, lse
+
+
+@_kvcache.register_fake
+def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
+                  cache_batch_idx, cache_leftpad, block_table, cu_seqlens_q, max_seqlen_q,
+                  alibi_slopes, softmax_scale, causal, window_left, window_right, softcap,
+                  rotary_interleaved, num_splits, return_lse, debug_checks, family):
+    if q.dim() == 4:
+        batch, seqlen_q, heads, _ = q.shape
+        lse_shape = (batch, heads, seqlen_q)
+    else:
+        total_q, heads, _ = q.shape
+        lse_shape = (heads, total_q)
+    out = q.new_empty(q.shape)
+    lse = q.new_empty(lse_shape if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def kvcache(tensors, cache_seqlen, max_seqlen_q, options_fn, return_lse):
+    """Checks metadata (raising before anything runs), then calls flashcute::kvcache.
+
+    tensors: name -> tensor or None, the names of _KVCACHE_TENSORS; cache_seqlen: an int for every
+    sequence, or None (the capacity) when tensors["cache_seqlens"] is None. Returns (out, lse or
+    None).
+    """
+    _check_types(tensors["q"], [(name, t) for name, t in tensors.items() if name != "q"])
+    problem, _ = _check_kvcache(tensors, cache_seqlen, max_seqlen_q, False)
+    options = options_fn(problem)
+    t = tensors
+    out, lse = torch.ops.flashcute.kvcache(
+        t["q"], t["k_cache"], t["v_cache"], t["k"], t["v"], t["rotary_cos"], t["rotary_sin"],
+        t["cache_seqlens"], problem.cache_seqlen, t["cache_batch_idx"], t["cache_leftpad"],
+        t["block_table"], t["cu_seqlens_q"], problem.seqlen_q if problem.varlen else 0,
+        t["alibi_slopes"], options.softmax_scale, options.causal, options.window_left,
+        options.window_right, options.softcap, options.rotary_interleaved, options.num_splits,
+        return_lse, options.debug_checks, options.family)
+    return out, (lse if return_lse else None)
 
 
 # The eager fast path. Everything it does not handle with certainty returns None, and the caller

@@ -358,12 +358,6 @@ def test_dropout_is_not_implemented():
         flashcute.flash_attn_varlen_func(q[0], q[0], q[0], None, None, 8, 8, dropout_p=0.5)
 
 
-def test_block_table_is_not_implemented():
-    q = np.zeros((8, 2, 64), np.float16)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        flashcute.flash_attn_varlen_func(q, q, q, q, q, 8, 8, block_table=q)
-
-
 def test_numpy_arrays_are_refused_as_not_on_cuda():
     q = np.zeros((1, 8, 2, 64), np.float16)
     with pytest.raises(ValueError, match="q must be on a CUDA device, got cpu:0"):
@@ -553,7 +547,8 @@ def test_packed_functions_pass_slices_and_every_option(monkeypatch):
 # The C struct against the header, and the library itself (it validates without a GPU).
 
 @pytest.mark.parametrize("struct, c_name", [(_library.FcForwardArgs, "fc_forward_args"),
-                                             (_library.FcBackwardArgs, "fc_backward_args")])
+                                             (_library.FcBackwardArgs, "fc_backward_args"),
+                                             (_library.FcKvcacheArgs, "fc_kvcache_args")])
 def test_struct_layout_matches_header(tmp_path, struct, c_name):
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None or not HEADER.is_file():
