@@ -82,6 +82,7 @@ Status plan_kvcache(const KvcacheArgs& a, KvcachePlan& plan) {
   if (Status s = select_decode(a, limits, plan.kernel); !s.ok()) return s;
   DecodeParams& p = plan.params;
   p.num_splits = resolve_num_splits(a, p, *plan.kernel, limits);
+  p.dependent_launch = limits.compute_capability >= 90;
   plan.workspace = decode::decode_workspace(
       a.debug_checks != 0, p.rotary_dim > 0, uint64_t(a.batch) * a.seqlen_q * a.heads * a.head_dim,
       p.num_splits, uint64_t(p.total_q) * a.heads, int(a.head_dim));

@@ -47,6 +47,8 @@ struct DecodeParams : AttentionParams {
   int num_splits;
   float* o_partial;
   float* lse_partial;
+  // sm_90+: the combine launches while attention runs and waits for it (dependent_launch.hpp).
+  bool dependent_launch;
   // Debug: where the device-memory check writes its verdict (decode/contract_check.cuh).
   int* contract_status;
 };

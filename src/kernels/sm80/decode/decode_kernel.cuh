@@ -13,6 +13,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/common/decode_params.hpp"
+#include "kernels/common/dependent_launch.hpp"
 #include "kernels/common/kv_cache.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/online_softmax.hpp"
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kWarps = Traits::kWarps;
   constexpr int kStages = Traits::kStages;
 
+  allow_dependent_launch();  // the combine may launch now; it waits for this grid to finish
   const int heads_per_block_set = p.pack_gqa ? p.heads_k : p.heads;
   const int m_blocks = gridDim.x / heads_per_block_set;
   const int m_block = blockIdx.x % m_blocks;  // fastest: blocks sharing K/V run together
@@ -115,8 +117,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   cp_async_fence();
 
-  // One warp tile: keys [key0, key0 + kWarpKeys) into a stage. Lane l looks up the cache slot of
-  // tile rows l (and l + 32, ...); the lanes copying a row take its location by shuffle.
+  // The warp's tile j holds keys [key0, key0 + kWarpKeys), key0 = split_begin + (warp + j *
+  // kWarps) * kWarpKeys. Lane l looks up the cache slot of tile rows l (and l + 32, ...); the lanes
+  // copying a row take its location by shuffle. A tile's lookups are issued right after the
+  // copies of the tile before, so a paged cache's block-table reads wait behind a tile of compute
+  // instead of in front of the copies.
   const Element* const k_base = static_cast<const Element*>(p.k);
   const Element* const v_base = static_cast<const Element*>(p.v);
   constexpr int kRowsPerPass = 32 / kChunksPerRow > 0 ? 32 / kChunksPerRow : 1;
@@ -124,14 +129,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int lane_col = kChunksPerRow >= 32 ? 0 : lane % kChunksPerRow * 8;
   const int lane_row = kChunksPerRow >= 32 ? 0 : lane / kChunksPerRow;
   Tensor sK_layout = make_tensor(make_smem_ptr(smem_warp), typename Traits::SmemLayoutKV{});
-  const auto load_tile = [&](int tile, int stage) {
-    const int key0 = split_begin + tile * kWarpKeys;
-    SlotLocation loc[kLookups];
+  const auto tile_key0 = [&](int j) { return split_begin + (warp + j * kWarps) * kWarpKeys; };
+  SlotLocation loc[kLookups];  // the slots of tile next_tile's rows
+  int next_tile = 0;
+  const auto look_up = [&](int j) {
     CUTE_UNROLL
     for (int u = 0; u < kLookups; ++u) {
-      const int key = key0 + u * 32 + lane;
+      const int key = tile_key0(j) + u * 32 + lane;
       loc[u] = key < split_end ? locate_slot(p, cache, cache.leftpad + key) : SlotLocation{0, 0};
     }
+  };
+  const auto load_next_tile = [&](int stage) {
+    const int key0 = tile_key0(next_tile);
     Element* const sk = stage_k(stage);
     Element* const sv = stage_v(stage);
     CUTE_UNROLL
@@ -161,11 +170,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                                                          valid);
       }
     }
+    if (++next_tile < warp_tiles) look_up(next_tile);
   };
 
+  if (warp_tiles > 0) look_up(0);
   CUTE_UNROLL
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < warp_tiles) load_tile(warp + s * kWarps, s);
+    if (s < warp_tiles) load_next_tile(s);
     cp_async_fence();
   }
   cp_async_wait<kStages - 1>();  // Q, the oldest group, has landed for this thread
@@ -200,9 +211,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   for (int i = 0; i < warp_tiles; ++i) {
     __syncwarp();  // every lane is done reading the stage the next load overwrites
-    if (i + kStages - 1 < warp_tiles) {
-      load_tile(warp + (i + kStages - 1) * kWarps, (i + kStages - 1) % kStages);
-    }
+    if (i + kStages - 1 < warp_tiles) load_next_tile((i + kStages - 1) % kStages);
     cp_async_fence();
     cp_async_wait<kStages - 1>();  // this lane's copies of tile i have landed
     __syncwarp();                  // ... and every lane's

@@ -13,10 +13,11 @@
 
 namespace flashcute::sm80::decode {
 
-// Four warps with three stages each: eight K and V tiles (128 KB) in flight per block, one block
-// per SM.
+// Two warps with three stages each (100 KB of shared memory at head_dim 128): two blocks per SM
+// keep eight K and V tiles (128 KB) in flight, and one block's start (Q, the first tiles) and end
+// (the merge) overlap the other's streaming.
 template <class Element, int kHeadDim>
-using DefaultDecodeTraits = DecodeTraits<Element, kHeadDim, 4, 3>;
+using DefaultDecodeTraits = DecodeTraits<Element, kHeadDim, 2, 3>;
 
 // The query heads of one block set: KV heads when packed, else query heads.
 inline int head_sets(const DecodeParams& p) { return p.pack_gqa ? p.heads_k : p.heads; }
@@ -46,9 +47,8 @@ cudaError_t launch(const DecodeParams& params, cudaStream_t stream) {
     const dim3 grid(unsigned(m_blocks * head_sets(p)), unsigned(p.num_splits), unsigned(p.batch));
     kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
     if (p.num_splits > 1) {
-      flashcute::decode::combine_kernel<Element>
-          <<<flashcute::decode::combine_grid(p), flashcute::decode::kCombineWarps * 32, 0,
-             stream>>>(p);
+      if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) return launched;
+      return flashcute::decode::launch_combine<Element>(p, stream);
     }
   }
   return cudaGetLastError();
