@@ -49,10 +49,19 @@ __all__ = [
 ]
 
 
+_torch_module = None  # torch once a call has seen it imported
+
+
 def _is_torch_tensor(x):
-    # A torch tensor cannot exist unless torch was imported, so this never imports torch.
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    # A torch tensor cannot exist unless torch was imported, so this never imports torch. The module
+    # is kept after the first look: torch.compile then traces a global instead of sys.modules,
+    # which another thread may be importing into while the tracer copies it.
+    global _torch_module
+    if _torch_module is None:
+        _torch_module = sys.modules.get("torch")
+        if _torch_module is None:
+            return False
+    return isinstance(x, _torch_module.Tensor)
 
 
 def _is_array(x):
