@@ -280,9 +280,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     k=None).
     Sequence b then attends to slots [cache_leftpad[b] (or 0), cache_seqlens[b] + seqlen_new).
     rotary_cos, rotary_sin: (rotary_seqlen, rotary_dim / 2) in q's dtype, contiguous; they rotate
-    the first rotary_dim columns of the new keys at positions cache_seqlens[b] - cache_leftpad[b]
-    + i, and of q at the same positions when causal or windowed, else all of q's rows at position
-    cache_seqlens[b] - cache_leftpad[b]; pairs (2j, 2j + 1) when rotary_interleaved, else
+    the first rotary_dim columns of the new keys at positions cache_seqlens[b] + i (their slots),
+    and of q at the same positions when causal or windowed, else all of q's rows at position
+    cache_seqlens[b]; pairs (2j, 2j + 1) when rotary_interleaved, else
     (j, j + rotary_dim / 2). They need k and v. causal is bottom-right over the keys a sequence
     sees; softmax_scale, window_size, softcap and alibi_slopes are flash_attn_func's. num_splits:
     0 lets the library split each sequence's keys across thread blocks (chosen from the shapes
@@ -304,6 +304,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_seqlen = None
     if cache_seqlens is not None and not _is_array(cache_seqlens):
         cache_seqlen, tensors["cache_seqlens"] = cache_seqlens, None
+
+    if (rotary_cos is None and rotary_sin is None and cache_batch_idx is None
+            and cache_leftpad is None and alibi_slopes is None and family == "auto"
+            and debug_checks is False and cache_seqlens is not None and _is_torch_tensor(q)):
+        # The eager fast path of a plain decode step (None where it does not apply; _torch.py).
+        from ._torch import fast_kvcache
+        result = fast_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                              softmax_scale, causal, window_size, softcap, num_splits,
+                              return_softmax_lse)
+        if result is not None:
+            return result if return_softmax_lse else result[0]
 
     def options_fn(problem):
         return _checks.check_kvcache_options(problem, softmax_scale, causal, window_size, softcap,

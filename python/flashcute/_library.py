@@ -259,6 +259,18 @@ def thread_args():
     return state
 
 
+def thread_kvcache_args():
+    """(library, this thread's reusable fc_kvcache_args, a byref to it, a c_uint64 and a byref to
+    it for the workspace size), set up once per thread, for the eager fast path."""
+    state = getattr(_thread_local, "kvcache_state", None)
+    if state is None:
+        args = FcKvcacheArgs()
+        size = ctypes.c_uint64(0)
+        state = (load(), args, ctypes.byref(args), size, ctypes.byref(size))
+        _thread_local.kvcache_state = state
+    return state
+
+
 def _flat_fields(struct_type, base=0):
     """(name, ctypes type, byte offset) of every scalar field, nested structures flattened."""
     for name, ctype in struct_type._fields_:

@@ -16,6 +16,7 @@ when it refuses a call, the call is rerun through the checked path, so every err
 message.
 """
 
+import ctypes
 from typing import Optional, Tuple
 
 import torch
@@ -433,5 +434,124 @@ def fast_forward(q, k, v, softmax_scale, causal, window_size, softcap, return_ls
         (out.data_ptr(), out.stride()), code, shape_q, seqlen_k, heads_k,
         lse.data_ptr() if return_lse else 0, *options, _raw_stream(q.get_device()))
     if lib.fc_forward(args_ref) != _library.OK:
+        return None  # refused before any launch: the checked path reports why
+    return out, lse
+
+
+def _fast_tensor(field, t):
+    """Fills an FcTensor from a 4-D tensor whose layout fast_layout_ok accepted."""
+    stride = t.stride()
+    field.data, field.batch_stride, field.seq_stride, field.head_stride = (
+        t.data_ptr(), stride[0], stride[1], stride[2])
+
+
+def _fast_index_ok(t, device, shape):
+    """A contiguous int32 torch tensor of this shape on q's device."""
+    return (type(t) is torch.Tensor and t.dtype is torch.int32 and t.device == device
+            and t.shape == shape and t.is_contiguous())
+
+
+def fast_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal,
+                 window_size, softcap, num_splits, return_lse):
+    """(out, lse or None) for an eager decode step (no rotary, cache_batch_idx, leftpad or ALiBi;
+    automatic family), or None: then the checked path runs and reports any error. The library
+    validates what it is given; this checks what it cannot see (dtypes, devices, shapes that must
+    agree)."""
+    tensor = torch.Tensor
+    if type(q) is not tensor or type(k_cache) is not tensor or type(v_cache) is not tensor:
+        return None
+    if (k is None) != (v is None) or (k is not None and (type(k) is not tensor
+                                                          or type(v) is not tensor)):
+        return None
+    if _raw_stream is None or torch.compiler.is_compiling():
+        return None
+    if any(_dispatch_mode(key) is not None for key in _any_dispatch_mode):
+        return None
+    if torch._C._is_torch_function_mode_enabled():
+        return None
+    if _is_wrapped is not None and (_is_wrapped(q) or _is_wrapped(k_cache)):
+        return None
+    if torch.is_grad_enabled() and q.requires_grad:
+        return None  # the checked path's op raises on backward, as it should
+    dtype = q.dtype
+    code = _FAST_DTYPES.get(dtype)
+    if code is None or not q.is_cuda or k_cache.dtype is not dtype or v_cache.dtype is not dtype:
+        return None
+    device = q.device
+    if k_cache.device != device or v_cache.device != device:
+        return None
+    shape_q, shape_cache = q.shape, k_cache.shape
+    if len(shape_q) != 4 or len(shape_cache) != 4 or v_cache.shape != shape_cache:
+        return None
+    batch, seqlen_q, heads, head_dim = shape_q
+    heads_k = shape_cache[2]
+    if (shape_cache[3] != head_dim or batch < 1 or seqlen_q < 1 or heads_k < 1
+            or heads % heads_k or head_dim % _checks.ALIGN_ELEMENTS
+            or head_dim > _checks.MAX_HEAD_DIM):
+        return None
+    seqlen_new = 0
+    if k is not None:
+        if (k.dtype is not dtype or v.dtype is not dtype or k.device != device
+                or v.device != device or len(k.shape) != 4 or v.shape != k.shape
+                or k.shape[0] != batch or k.shape[2] != heads_k or k.shape[3] != head_dim):
+            return None
+        seqlen_new = k.shape[1]
+    layouts = [q, k_cache, v_cache] + ([k, v] if k is not None else [])
+    for t in layouts:
+        if not _checks.fast_layout_ok(t.stride(), t.data_ptr()):
+            return None
+    if block_table is not None:
+        if (type(block_table) is not tensor or block_table.dtype is not torch.int32
+                or block_table.device != device or block_table.dim() != 2
+                or block_table.shape[0] != batch or block_table.stride(1) != 1):
+            return None
+    if type(cache_seqlens) is int:
+        if cache_seqlens < 0:
+            return None
+    elif not _fast_index_ok(cache_seqlens, device, (batch,)):
+        return None
+    options = _checks.fast_options(head_dim, softmax_scale, causal, window_size, softcap)
+    if options is None or type(num_splits) is not int:
+        return None
+    scale, causal, left, right, softcap = options
+
+    out = torch.empty(shape_q, dtype=dtype, device=device)
+    lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=device) \
+        if return_lse else None
+    lib, args, args_ref, size, size_ref = _library.thread_kvcache_args()
+    ctypes.memset(args_ref, 0, ctypes.sizeof(args))
+    args.abi_version = _library.ABI_VERSION
+    _fast_tensor(args.q, q)
+    _fast_tensor(args.o, out)
+    _fast_tensor(args.k_cache, k_cache)
+    _fast_tensor(args.v_cache, v_cache)
+    if k is not None:
+        _fast_tensor(args.k_new, k)
+        _fast_tensor(args.v_new, v)
+    args.dtype = code
+    args.batch, args.seqlen_q, args.heads, args.heads_k, args.head_dim = (
+        batch, seqlen_q, heads, heads_k, head_dim)
+    args.seqlen_new = seqlen_new
+    args.batch_cache, args.seqlen_cache = shape_cache[0], shape_cache[1]
+    if type(cache_seqlens) is int:
+        args.cache_seqlen = cache_seqlens
+    else:
+        args.cache_seqlens = cache_seqlens.data_ptr()
+    if block_table is not None:
+        args.block_table = block_table.data_ptr()
+        args.block_table_stride = block_table.stride(0)
+        args.pages_per_sequence = block_table.shape[1]
+    args.softmax_lse = lse.data_ptr() if return_lse else None
+    args.softmax_scale, args.causal, args.window_left, args.window_right, args.softcap = (
+        scale, int(causal), left, right, softcap)
+    args.num_splits = num_splits
+    args.stream = _raw_stream(q.get_device())
+    if lib.fc_kvcache_workspace_size(args_ref, size_ref) != _library.OK:
+        return None
+    workspace = None
+    if size.value:
+        workspace = torch.empty((size.value,), dtype=torch.uint8, device=device)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), size.value
+    if lib.fc_kvcache(args_ref) != _library.OK:
         return None  # refused before any launch: the checked path reports why
     return out, lse
