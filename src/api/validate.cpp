@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace flashcute {
@@ -43,6 +44,103 @@ void copy_strides(const fc_tensor& t, int64_t& batch, int64_t& row, int64_t& hea
   head = t.head_stride;
 }
 
+struct NamedSize {
+  const char* name;
+  int64_t value;
+};
+
+// Every size is non-negative and fits the kernels' 32-bit indices.
+Status check_sizes(std::initializer_list<NamedSize> sizes) {
+  for (const NamedSize& s : sizes) {
+    if (s.value < 0)
+      return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
+    if (s.value > INT_MAX) return invalid(std::string(s.name) + " exceeds 2^31 - 1");
+  }
+  return {};
+}
+
+// The attention shape every entry shares: grid limits, the head_dim rule, the GQA ratio.
+Status check_heads(int64_t batch, int64_t heads, int64_t heads_k, int64_t head_dim) {
+  if (batch > 65535) return invalid("batch: at most 65535");
+  if (heads > 65535) return invalid("heads: at most 65535");
+  if (head_dim == 0 || head_dim % 8 != 0 || head_dim > 256) {
+    return invalid("head_dim must be a multiple of 8 in [8, 256] (got " + std::to_string(head_dim) +
+                   ")");
+  }
+  if (heads == 0 || heads_k == 0) {
+    // Both 0 is an empty problem; one of them alone is a mistake, named as such.
+    if (heads == 0 && heads_k != 0) {
+      return invalid("heads: is 0 while heads_k is " + std::to_string(heads_k) +
+                     " (an empty problem has both 0)");
+    }
+    if (heads_k == 0 && heads != 0) return invalid("heads_k: must be >= 1");
+  } else if (heads % heads_k != 0) {
+    return invalid("heads_k (" + std::to_string(heads_k) + ") must divide heads (" +
+                   std::to_string(heads) + ")");
+  }
+  return {};
+}
+
+// The score and mask options every entry shares.
+Status check_score_options(float softmax_scale, float softcap, int32_t causal, int64_t window_left,
+                           int64_t window_right, int32_t family) {
+  if (!std::isfinite(softmax_scale)) return invalid("softmax_scale must be finite");
+  if (!std::isfinite(softcap) || softcap < 0) return invalid("softcap must be finite and >= 0");
+  if (causal != 0 && causal != 1) return invalid("causal must be 0 or 1");
+  if (window_left < -1) return invalid("window_left must be >= 0, or -1 for unbounded");
+  if (window_right < -1) return invalid("window_right must be >= 0, or -1 for unbounded");
+  if (family != FC_FAMILY_AUTO && family != FC_FAMILY_SM80 && family != FC_FAMILY_SM90) {
+    return invalid("family must be FC_FAMILY_AUTO, FC_FAMILY_SM80 or FC_FAMILY_SM90");
+  }
+  return {};
+}
+
+// The tensors and shape of AttentionParams. Packed queries (cu_seqlens_q set): q and o rows are
+// total_q tokens and the LSE is (heads, total_q); dense: (batch, heads, seqlen_q).
+void fill_problem_params(AttentionParams& p, const fc_tensor& q, const fc_tensor& k,
+                         const fc_tensor& v, const fc_tensor& o, float* lse, int64_t batch,
+                         int64_t heads, int64_t heads_k, int64_t head_dim, int64_t seqlen_q,
+                         int64_t seqlen_k, const int32_t* cu_seqlens_q, int64_t total_q) {
+  const bool packed = cu_seqlens_q != nullptr;
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.o = o.data;
+  p.lse = lse;
+  copy_strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  copy_strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  copy_strides(v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  copy_strides(o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.batch = int(batch);
+  p.heads = int(heads);
+  p.heads_k = int(heads_k);
+  p.heads_per_kv_head = heads_k > 0 ? int(heads / heads_k) : 1;
+  p.head_dim = int(head_dim);
+  p.seqlen_q = int(seqlen_q);
+  p.seqlen_k = int(seqlen_k);
+  p.total_q = packed ? total_q : batch * seqlen_q;
+  p.cu_seqlens_q = cu_seqlens_q;
+  p.lse_head_stride = packed ? total_q : seqlen_q;
+  p.lse_batch_stride = packed ? 0 : heads * seqlen_q;
+}
+
+// The score fields of AttentionParams: scale, softcap, ALiBi, and the mask with its window
+// clamped (a window wider than `span`, every query and key together, is no window; causal fixes
+// the right edge at the diagonal).
+void fill_score_params(AttentionParams& p, float softmax_scale, float softcap, int32_t causal,
+                       bool bottom_right, int64_t window_left, int64_t window_right, int64_t span,
+                       const float* alibi_slopes, int64_t alibi_batch_stride) {
+  p.softmax_scale = softmax_scale;
+  p.scale_log2 = softmax_scale * 1.4426950408889634f;
+  p.softcap = softcap;
+  p.bottom_right = bottom_right;
+  p.window_left = window_left < 0 || window_left >= span ? -1 : int(window_left);
+  p.window_right = window_right < 0 || window_right >= span ? -1 : int(window_right);
+  if (causal) p.window_right = 0;
+  p.alibi_slopes = alibi_slopes;
+  p.alibi_batch_stride = alibi_batch_stride;
+}
+
 }  // namespace
 
 Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
@@ -54,43 +152,20 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
     return invalid("dtype: must be FC_FLOAT16 or FC_BFLOAT16 (got " + std::to_string(a.dtype) +
                    ")");
   }
-  const struct {
-    const char* name;
-    int64_t value;
-  } sizes[] = {{"batch", a.batch}, {"seqlen_q", a.seqlen_q}, {"seqlen_k", a.seqlen_k},
-               {"heads", a.heads}, {"heads_k", a.heads_k},   {"head_dim", a.head_dim}};
-  for (const auto& s : sizes) {
-    if (s.value < 0)
-      return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
-    if (s.value > INT_MAX) return invalid(std::string(s.name) + " exceeds 2^31 - 1");
+  Status s = check_sizes({{"batch", a.batch},
+                          {"seqlen_q", a.seqlen_q},
+                          {"seqlen_k", a.seqlen_k},
+                          {"heads", a.heads},
+                          {"heads_k", a.heads_k},
+                          {"head_dim", a.head_dim}});
+  if (s.ok()) s = check_heads(a.batch, a.heads, a.heads_k, a.head_dim);
+  if (s.ok()) {
+    s = check_score_options(a.softmax_scale, a.softcap, a.causal, a.window_left, a.window_right,
+                            a.family);
   }
-  if (a.batch > 65535) return invalid("batch: at most 65535");
-  if (a.heads > 65535) return invalid("heads: at most 65535");
-  if (a.head_dim == 0 || a.head_dim % 8 != 0 || a.head_dim > 256) {
-    return invalid("head_dim must be a multiple of 8 in [8, 256] (got " +
-                   std::to_string(a.head_dim) + ")");
-  }
-  if (a.heads == 0 || a.heads_k == 0) {
-    // Both 0 is an empty problem; one of them alone is a mistake, named as such.
-    if (a.heads == 0 && a.heads_k != 0) {
-      return invalid("heads: is 0 while heads_k is " + std::to_string(a.heads_k) +
-                     " (an empty problem has both 0)");
-    }
-    if (a.heads_k == 0 && a.heads != 0) return invalid("heads_k: must be >= 1");
-  } else if (a.heads % a.heads_k != 0) {
-    return invalid("heads_k (" + std::to_string(a.heads_k) + ") must divide heads (" +
-                   std::to_string(a.heads) + ")");
-  }
-  if (!std::isfinite(a.softmax_scale)) return invalid("softmax_scale must be finite");
-  if (!std::isfinite(a.softcap) || a.softcap < 0) return invalid("softcap must be finite and >= 0");
-  if (a.causal != 0 && a.causal != 1) return invalid("causal must be 0 or 1");
+  if (!s.ok()) return s;
   if (a.causal_alignment != FC_CAUSAL_TOP_LEFT && a.causal_alignment != FC_CAUSAL_BOTTOM_RIGHT) {
     return invalid("causal_alignment must be FC_CAUSAL_TOP_LEFT or FC_CAUSAL_BOTTOM_RIGHT");
-  }
-  if (a.window_left < -1) return invalid("window_left must be >= 0, or -1 for unbounded");
-  if (a.window_right < -1) return invalid("window_right must be >= 0, or -1 for unbounded");
-  if (a.family != FC_FAMILY_AUTO && a.family != FC_FAMILY_SM80 && a.family != FC_FAMILY_SM90) {
-    return invalid("family must be FC_FAMILY_AUTO, FC_FAMILY_SM80 or FC_FAMILY_SM90");
   }
   const bool varlen = a.cu_seqlens_q != nullptr || a.cu_seqlens_k != nullptr;
   if (varlen && (a.cu_seqlens_q == nullptr || a.cu_seqlens_k == nullptr)) {
@@ -126,39 +201,12 @@ Status validate_arguments(const ForwardArgs& a, AttentionParams& p) {
   }
 
   p = AttentionParams{};
-  p.q = a.q.data;
-  p.k = a.k.data;
-  p.v = a.v.data;
-  p.o = a.o.data;
-  p.lse = a.softmax_lse;
-  copy_strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  copy_strides(a.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  copy_strides(a.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  copy_strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  p.batch = int(a.batch);
-  p.heads = int(a.heads);
-  p.heads_k = int(a.heads_k);
-  p.heads_per_kv_head = a.heads_k > 0 ? int(a.heads / a.heads_k) : 1;
-  p.head_dim = int(a.head_dim);
-  p.seqlen_q = int(a.seqlen_q);
-  p.seqlen_k = int(a.seqlen_k);
-  p.total_q = varlen ? a.total_q : a.batch * a.seqlen_q;
-  p.cu_seqlens_q = a.cu_seqlens_q;
+  fill_problem_params(p, a.q, a.k, a.v, a.o, a.softmax_lse, a.batch, a.heads, a.heads_k, a.head_dim,
+                      a.seqlen_q, a.seqlen_k, a.cu_seqlens_q, a.total_q);
   p.cu_seqlens_k = a.cu_seqlens_k;
-  // LSE: (batch, heads, seqlen_q) dense, (heads, total_q) for packed tokens.
-  p.lse_head_stride = varlen ? a.total_q : a.seqlen_q;
-  p.lse_batch_stride = varlen ? 0 : a.heads * a.seqlen_q;
-  p.softmax_scale = a.softmax_scale;
-  p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
-  p.softcap = a.softcap;
-  p.bottom_right = a.causal_alignment == FC_CAUSAL_BOTTOM_RIGHT;
-  // A window wider than both sequences is no window; causal fixes the right edge at the diagonal.
-  const int64_t span = a.seqlen_q + a.seqlen_k;
-  p.window_left = a.window_left < 0 || a.window_left >= span ? -1 : int(a.window_left);
-  p.window_right = a.window_right < 0 || a.window_right >= span ? -1 : int(a.window_right);
-  if (a.causal) p.window_right = 0;
-  p.alibi_slopes = a.alibi_slopes;
-  p.alibi_batch_stride = a.alibi_batch_stride;
+  fill_score_params(p, a.softmax_scale, a.softcap, a.causal,
+                    a.causal_alignment == FC_CAUSAL_BOTTOM_RIGHT, a.window_left, a.window_right,
+                    a.seqlen_q + a.seqlen_k, a.alibi_slopes, a.alibi_batch_stride);
   return {};
 }
 
@@ -252,46 +300,27 @@ Status validate_kvcache_arguments(const KvcacheArgs& a, DecodeParams& p) {
   }
   const bool paged = a.block_table != nullptr;
   const bool packed = a.cu_seqlens_q != nullptr;
-  const struct {
-    const char* name;
-    int64_t value;
-  } sizes[] = {{"batch", a.batch},
-               {"seqlen_q", a.seqlen_q},
-               {"heads", a.heads},
-               {"heads_k", a.heads_k},
-               {"head_dim", a.head_dim},
-               {"total_q", a.total_q},
-               {"seqlen_new", a.seqlen_new},
-               {"batch_cache", a.batch_cache},
-               {paged ? "seqlen_cache (the page size)" : "seqlen_cache", a.seqlen_cache},
-               {"cache_seqlen", a.cache_seqlen},
-               {"pages_per_sequence", a.pages_per_sequence},
-               {"block_table_stride", a.block_table_stride},
-               {"rotary_dim", a.rotary_dim},
-               {"rotary_seqlen", a.rotary_seqlen},
-               {"alibi_batch_stride", a.alibi_batch_stride}};
-  for (const auto& s : sizes) {
-    if (s.value < 0)
-      return invalid(std::string(s.name) + " is negative (" + std::to_string(s.value) + ")");
-    if (s.value > INT_MAX) return invalid(std::string(s.name) + " exceeds 2^31 - 1");
+  Status s = check_sizes({{"batch", a.batch},
+                          {"seqlen_q", a.seqlen_q},
+                          {"heads", a.heads},
+                          {"heads_k", a.heads_k},
+                          {"head_dim", a.head_dim},
+                          {"total_q", a.total_q},
+                          {"seqlen_new", a.seqlen_new},
+                          {"batch_cache", a.batch_cache},
+                          {paged ? "seqlen_cache (the page size)" : "seqlen_cache", a.seqlen_cache},
+                          {"cache_seqlen", a.cache_seqlen},
+                          {"pages_per_sequence", a.pages_per_sequence},
+                          {"block_table_stride", a.block_table_stride},
+                          {"rotary_dim", a.rotary_dim},
+                          {"rotary_seqlen", a.rotary_seqlen},
+                          {"alibi_batch_stride", a.alibi_batch_stride}});
+  if (s.ok()) s = check_heads(a.batch, a.heads, a.heads_k, a.head_dim);
+  if (s.ok()) {
+    s = check_score_options(a.softmax_scale, a.softcap, a.causal, a.window_left, a.window_right,
+                            a.family);
   }
-  if (a.batch > 65535) return invalid("batch: at most 65535");
-  if (a.heads > 65535) return invalid("heads: at most 65535");
-  if (a.head_dim == 0 || a.head_dim % 8 != 0 || a.head_dim > 256) {
-    return invalid("head_dim must be a multiple of 8 in [8, 256] (got " +
-                   std::to_string(a.head_dim) + ")");
-  }
-  if (a.heads == 0 || a.heads_k == 0) {
-    if (a.heads != a.heads_k) return invalid("heads and heads_k: both must be >= 1 (or both 0)");
-  } else if (a.heads % a.heads_k != 0) {
-    return invalid("heads_k (" + std::to_string(a.heads_k) + ") must divide heads (" +
-                   std::to_string(a.heads) + ")");
-  }
-  if (!std::isfinite(a.softmax_scale)) return invalid("softmax_scale must be finite");
-  if (!std::isfinite(a.softcap) || a.softcap < 0) return invalid("softcap must be finite and >= 0");
-  if (a.causal != 0 && a.causal != 1) return invalid("causal must be 0 or 1");
-  if (a.window_left < -1) return invalid("window_left must be >= 0, or -1 for unbounded");
-  if (a.window_right < -1) return invalid("window_right must be >= 0, or -1 for unbounded");
+  if (!s.ok()) return s;
   if (a.rotary_interleaved != 0 && a.rotary_interleaved != 1) {
     return invalid("rotary_interleaved must be 0 or 1");
   }
@@ -375,7 +404,6 @@ Status validate_kvcache_arguments(const KvcacheArgs& a, DecodeParams& p) {
     }
     const int64_t batch_extent = packed ? 1 : a.batch;
     const int64_t q_rows = packed ? a.total_q : a.seqlen_q;
-    Status s;
     if (a.seqlen_q > 0) {
       s = check_tensor("q", a.q, batch_extent, q_rows, a.heads);
       if (s.ok()) s = check_tensor("o", a.o, batch_extent, q_rows, a.heads);
@@ -396,35 +424,10 @@ Status validate_kvcache_arguments(const KvcacheArgs& a, DecodeParams& p) {
   }
 
   p = DecodeParams{};
-  p.q = a.q.data;
-  p.k = a.k_cache.data;
-  p.v = a.v_cache.data;
-  p.o = a.o.data;
-  p.lse = a.softmax_lse;
-  copy_strides(a.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  copy_strides(a.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  copy_strides(a.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  copy_strides(a.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  p.batch = int(a.batch);
-  p.heads = int(a.heads);
-  p.heads_k = int(a.heads_k);
-  p.heads_per_kv_head = a.heads_k > 0 ? int(a.heads / a.heads_k) : 1;
-  p.head_dim = int(a.head_dim);
-  p.seqlen_q = int(a.seqlen_q);
-  p.seqlen_k = int(capacity);
-  p.total_q = packed ? a.total_q : a.batch * a.seqlen_q;
-  p.cu_seqlens_q = a.cu_seqlens_q;
-  p.lse_head_stride = packed ? a.total_q : a.seqlen_q;
-  p.lse_batch_stride = packed ? 0 : a.heads * a.seqlen_q;
-  p.softmax_scale = a.softmax_scale;
-  p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
-  p.softcap = a.softcap;
-  p.bottom_right = true;
-  p.window_left = a.window_left < 0 || a.window_left >= span ? -1 : int(a.window_left);
-  p.window_right = a.window_right < 0 || a.window_right >= span ? -1 : int(a.window_right);
-  if (a.causal) p.window_right = 0;
-  p.alibi_slopes = a.alibi_slopes;
-  p.alibi_batch_stride = a.alibi_batch_stride;
+  fill_problem_params(p, a.q, a.k_cache, a.v_cache, a.o, a.softmax_lse, a.batch, a.heads, a.heads_k,
+                      a.head_dim, a.seqlen_q, capacity, a.cu_seqlens_q, a.total_q);
+  fill_score_params(p, a.softmax_scale, a.softcap, a.causal, true, a.window_left, a.window_right,
+                    span, a.alibi_slopes, a.alibi_batch_stride);
 
   p.cache_seqlens = a.cache_seqlens;
   p.cache_seqlen = int(a.cache_seqlen);
