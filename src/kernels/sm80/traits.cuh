@@ -5,6 +5,8 @@
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
 
+#include "kernels/sm80/smem_layouts.cuh"
+
 namespace flashcute::sm80 {
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNThreads_>
@@ -20,36 +22,23 @@ struct KernelTraits {
   static_assert(kBlockM % (16 * kNWarps) == 0, "each warp needs whole 16-row mma slices");
   static_assert(kBlockN % 16 == 0, "P.V consumes key blocks in k16 steps");
 
-  // Shared memory is read in k-blocks of 64 columns (128-byte rows, swizzle <3,3,3>) when the
-  // padded head_dim allows it, else 32 columns (64-byte rows, swizzle <2,3,3>): either way the
-  // ldmatrix reads of 8 rows hit 8 distinct bank groups.
+  // Shared memory is read in k-blocks of 64 columns when the padded head_dim allows it, else 32
+  // (SwizzledLayout); global memory moves in the same k-blocks.
   static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzleBits = kBlockKSmem == 64 ? 3 : 2;
 
-  using MmaOp =
-      std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                         cute::SM80_16x8x16_F32F16F16F32_TN, cute::SM80_16x8x16_F32BF16BF16F32_TN>;
+  using MmaOp = Mma16816<Element>;
   using TiledMma = cute::TiledMMA<cute::MMA_Atom<MmaOp>,
                                   cute::Layout<cute::Shape<cute::Int<kNWarps>, cute::_1, cute::_1>>,
                                   cute::Tile<cute::Int<16 * kNWarps>, cute::_16, cute::_16>>;
 
-  using SmemLayoutAtom =
-      decltype(cute::composition(cute::Swizzle<kSwizzleBits, 3, 3>{},
-                                 cute::Layout<cute::Shape<cute::_8, cute::Int<kBlockKSmem>>,
-                                              cute::Stride<cute::Int<kBlockKSmem>, cute::_1>>{}));
-  using SmemLayoutQ = decltype(cute::tile_to_shape(
-      SmemLayoutAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutKV = decltype(cute::tile_to_shape(
-      SmemLayoutAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
-  // V read as the (head_dim, n) B operand of P.V: the same bytes, transposed, read by
-  // ldmatrix.trans.
-  using SmemLayoutVt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
-                                        cute::GenRowMajor{})));
+  using SmemLayoutQ = SwizzledLayout<kBlockM, kHeadDim>;
+  using SmemLayoutKV = SwizzledLayout<kBlockN, kHeadDim>;
+  // V read as the (head_dim, n) B operand of P.V.
+  using SmemLayoutVt = TransposedLayout<SmemLayoutKV, kBlockN, kHeadDim>;
   using SmemLayoutVtNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemLayoutVt{}));
 
-  using SmemCopyAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
-  using SmemCopyAtomTransposed = cute::Copy_Atom<cute::SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtom = LdsmCopyAtom<Element>;
+  using SmemCopyAtomTransposed = LdsmTransposedCopyAtom<Element>;
   using SmemCopyAtomO = cute::Copy_Atom<cute::AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 
   // Global memory moves in 16-byte vectors; a row of the k-block is covered by kGmemThreadsPerRow

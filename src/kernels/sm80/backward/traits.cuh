@@ -11,22 +11,9 @@
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
 
+#include "kernels/sm80/smem_layouts.cuh"
+
 namespace flashcute::sm80::backward {
-
-// A (rows x cols) row-major shared-memory layout whose 8-row slices ldmatrix reads without bank
-// conflicts: 64-column atoms (128-byte rows, swizzle <3,3,3>) when cols allows, else 32.
-template <int kRows, int kCols>
-using SwizzledLayout = decltype(cute::tile_to_shape(
-    cute::composition(cute::Swizzle < kCols % 64 == 0 ? 3 : 2, 3, 3 > {},
-                      cute::Layout<cute::Shape<cute::_8, cute::Int<kCols % 64 == 0 ? 64 : 32>>,
-                                   cute::Stride<cute::Int<kCols % 64 == 0 ? 64 : 32>, cute::_1>>{}),
-    cute::Shape<cute::Int<kRows>, cute::Int<kCols>>{}));
-
-// The (cols x rows) view of a (rows x cols) layout: the same bytes, as an MN-major operand.
-template <class Layout, int kRows, int kCols>
-using TransposedLayout = decltype(cute::composition(
-    Layout{},
-    cute::make_layout(cute::Shape<cute::Int<kCols>, cute::Int<kRows>>{}, cute::GenRowMajor{})));
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsMSdP, int kWarpsMDkv,
           int kWarpsMDq, int kStagesQ_>
@@ -40,9 +27,7 @@ struct BackwardTraits {
   // Query and output-gradient tiles in flight: 2 loads the next query block during this one.
   static constexpr int kStagesQ = kStagesQ_;
 
-  using MmaOp =
-      std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                         cute::SM80_16x8x16_F32F16F16F32_TN, cute::SM80_16x8x16_F32BF16BF16F32_TN>;
+  using MmaOp = Mma16816<Element>;
   // Warps (kWarpsM x 8 / kWarpsM); each warp covers 16 rows and, per pass, 16 columns so that one
   // ldmatrix.x4 feeds two n8 MMAs.
   template <int kWarpsM>
@@ -68,8 +53,8 @@ struct BackwardTraits {
   using SmemLayoutKtNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemLayoutKt{}));
   using SmemLayoutPtNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemLayoutPt{}));
 
-  using SmemCopyAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
-  using SmemCopyAtomTransposed = cute::Copy_Atom<cute::SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtom = LdsmCopyAtom<Element>;
+  using SmemCopyAtomTransposed = LdsmTransposedCopyAtom<Element>;
   using SmemCopyAtomStore =
       cute::Copy_Atom<cute::AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
 

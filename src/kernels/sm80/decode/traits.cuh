@@ -5,8 +5,9 @@
 // flight: kWarps * (kStages - 1) tiles of K and V per block.
 #pragma once
 
-#include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
+
+#include "kernels/sm80/smem_layouts.cuh"
 
 namespace flashcute::sm80::decode {
 
@@ -26,32 +27,19 @@ struct DecodeTraits {
   static_assert(kThreads % kBlockM == 0 && kHeadDim % (kThreads / kBlockM * 8) == 0,
                 "the merge gives each thread whole 16-byte chunks of one row");
 
-  static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzleBits = kBlockKSmem == 64 ? 3 : 2;
-
-  using MmaOp =
-      std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                         cute::SM80_16x8x16_F32F16F16F32_TN, cute::SM80_16x8x16_F32BF16BF16F32_TN>;
+  using MmaOp = Mma16816<Element>;
   // One warp: each warp multiplies its own tiles.
   using TiledMma =
       cute::TiledMMA<cute::MMA_Atom<MmaOp>, cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>,
                      cute::Tile<cute::_16, cute::_16, cute::_16>>;
 
-  using SmemLayoutAtom =
-      decltype(cute::composition(cute::Swizzle<kSwizzleBits, 3, 3>{},
-                                 cute::Layout<cute::Shape<cute::_8, cute::Int<kBlockKSmem>>,
-                                              cute::Stride<cute::Int<kBlockKSmem>, cute::_1>>{}));
-  using SmemLayoutQ = decltype(cute::tile_to_shape(
-      SmemLayoutAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutKV = decltype(cute::tile_to_shape(
-      SmemLayoutAtom{}, cute::Shape<cute::Int<kWarpKeys>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutVt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kWarpKeys>>{},
-                                        cute::GenRowMajor{})));
+  using SmemLayoutQ = SwizzledLayout<kBlockM, kHeadDim>;
+  using SmemLayoutKV = SwizzledLayout<kWarpKeys, kHeadDim>;
+  using SmemLayoutVt = TransposedLayout<SmemLayoutKV, kWarpKeys, kHeadDim>;
   using SmemLayoutVtNoSwizzle = decltype(cute::get_nonswizzle_portion(SmemLayoutVt{}));
 
-  using SmemCopyAtom = cute::Copy_Atom<cute::SM75_U32x4_LDSM_N, Element>;
-  using SmemCopyAtomTransposed = cute::Copy_Atom<cute::SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtom = LdsmCopyAtom<Element>;
+  using SmemCopyAtomTransposed = LdsmTransposedCopyAtom<Element>;
 
   static constexpr int kTileElems = kWarpKeys * kHeadDim;
   static constexpr int kSmemElemsQ = kBlockM * kHeadDim;
