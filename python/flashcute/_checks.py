@@ -35,18 +35,8 @@ class TensorDesc:
         return f"{kind}:{index}"
 
 
-@dataclass
-class Problem:
-    dtype: str
-    batch: int
-    seqlen_q: int
-    seqlen_k: int
-    heads: int
-    heads_k: int
-    head_dim: int
-    device: Tuple[str, int]
-    varlen: bool
-    total_q: int = 0
+class _QueryShapes:
+    """The output and LSE shapes of a problem's queries, dense or packed (varlen)."""
 
     def out_shape(self):
         if self.varlen:
@@ -57,6 +47,20 @@ class Problem:
         if self.varlen:
             return (self.heads, self.total_q)
         return (self.batch, self.heads, self.seqlen_q)
+
+
+@dataclass
+class Problem(_QueryShapes):
+    dtype: str
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_k: int
+    head_dim: int
+    device: Tuple[str, int]
+    varlen: bool
+    total_q: int = 0
 
 
 @dataclass
@@ -380,7 +384,7 @@ def fast_options(head_dim, softmax_scale, causal, window_size, softcap):
 # check them on the device.
 
 @dataclass
-class KvcacheProblem:
+class KvcacheProblem(_QueryShapes):
     dtype: str
     batch: int
     seqlen_q: int
@@ -399,15 +403,6 @@ class KvcacheProblem:
     rotary_dim: int = 0
     rotary_seqlen: int = 0
 
-    def out_shape(self):
-        if self.varlen:
-            return (self.total_q, self.heads, self.head_dim)
-        return (self.batch, self.seqlen_q, self.heads, self.head_dim)
-
-    def lse_shape(self):
-        if self.varlen:
-            return (self.heads, self.total_q)
-        return (self.batch, self.heads, self.seqlen_q)
 
     def capacity(self):
         """The slots each sequence's cache has."""

@@ -392,20 +392,25 @@ _any_dispatch_mode = (torch._C._TorchDispatchModeKey.FAKE, torch._C._TorchDispat
                       torch._C._TorchDispatchModeKey.FUNCTIONAL)
 
 
+def _plain_eager(*tensors):
+    """Whether an eager call on these tensors may skip the custom op: plain torch tensors that need
+    no gradient, outside torch.compile, fake or functional modes and functorch transforms."""
+    if any(type(t) is not torch.Tensor for t in tensors):
+        return False
+    if _raw_stream is None or torch.compiler.is_compiling():
+        return False
+    if any(_dispatch_mode(key) is not None for key in _any_dispatch_mode):
+        return False
+    if torch._C._is_torch_function_mode_enabled():
+        return False
+    if _is_wrapped is not None and any(_is_wrapped(t) for t in tensors):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
 def fast_forward(q, k, v, softmax_scale, causal, window_size, softcap, return_lse):
     """(out, lse or None) for an eager dense call with default family and tile, or None."""
-    tensor = torch.Tensor
-    if type(q) is not tensor or type(k) is not tensor or type(v) is not tensor:
-        return None
-    if _raw_stream is None or torch.compiler.is_compiling():
-        return None
-    if any(_dispatch_mode(key) is not None for key in _any_dispatch_mode):
-        return None
-    if torch._C._is_torch_function_mode_enabled():
-        return None
-    if _is_wrapped is not None and (_is_wrapped(q) or _is_wrapped(k) or _is_wrapped(v)):
-        return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if not _plain_eager(q, k, v):
         return None
     dtype = q.dtype
     code = _FAST_DTYPES.get(dtype)
@@ -457,22 +462,12 @@ def fast_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_
     automatic family), or None: then the checked path runs and reports any error. The library
     validates what it is given; this checks what it cannot see (dtypes, devices, shapes that must
     agree)."""
+    if (k is None) != (v is None):
+        return None
+    # With requires_grad the checked path's op raises on backward, as it should.
+    if not _plain_eager(q, k_cache, v_cache, *((k, v) if k is not None else ())):
+        return None
     tensor = torch.Tensor
-    if type(q) is not tensor or type(k_cache) is not tensor or type(v_cache) is not tensor:
-        return None
-    if (k is None) != (v is None) or (k is not None and (type(k) is not tensor
-                                                          or type(v) is not tensor)):
-        return None
-    if _raw_stream is None or torch.compiler.is_compiling():
-        return None
-    if any(_dispatch_mode(key) is not None for key in _any_dispatch_mode):
-        return None
-    if torch._C._is_torch_function_mode_enabled():
-        return None
-    if _is_wrapped is not None and (_is_wrapped(q) or _is_wrapped(k_cache)):
-        return None
-    if torch.is_grad_enabled() and q.requires_grad:
-        return None  # the checked path's op raises on backward, as it should
     dtype = q.dtype
     code = _FAST_DTYPES.get(dtype)
     if code is None or not q.is_cuda or k_cache.dtype is not dtype or v_cache.dtype is not dtype:
