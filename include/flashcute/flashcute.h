@@ -114,8 +114,10 @@ typedef struct {
   const float* alibi_slopes;
   int64_t alibi_batch_stride;
   int32_t deterministic; /* 0 or 1 */
-  int32_t family;        /* fc_kernel_family; the backward runs on the SM80 family today */
-  void* workspace;       /* fc_backward_workspace_size bytes; NULL when that size is 0 */
+  /* fc_kernel_family. AUTO: the sm90 family on a compute capability 9.0 device where it takes the
+   * problem (head_dim <= 128, no softcap, ALiBi or deterministic), else the SM80 family. */
+  int32_t family;
+  void* workspace; /* fc_backward_workspace_size bytes; NULL when that size is 0 */
   uint64_t workspace_bytes;
   void* stream; /* cudaStream_t; NULL = legacy default stream of the tensors' device */
 } fc_backward_args;

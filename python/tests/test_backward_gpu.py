@@ -374,23 +374,27 @@ def test_forced_sm80_family():
                        f"sm80 direct seed={SEED}")
 
 
-def test_sm90_family_backward_is_refused_clearly():
-    """The SM90 family has no backward pass: forcing it raises UnsupportedError naming it, from
-    flashcute.backward and from autograd after a forced-SM90 forward."""
+def test_forced_sm90_family():
+    """On a Hopper GPU the SM90 family runs the plain backward (through flashcute.backward and
+    through autograd after a forced-SM90 forward) and refuses softcap clearly; elsewhere forcing
+    it raises UnsupportedError naming it."""
     g = generator("sm90")
-    q, k, v, dout = (randn((2, 128, 4, 128), g, torch.bfloat16) for _ in range(4))
-    out, lse = flashcute.forward(q, k, v, return_lse=True)
-    try:
-        grads = flashcute.backward(dout, q, k, v, out, lse, family="sm90")
-    except flashcute.UnsupportedError as error:
-        assert "sm90" in str(error)
-    else:  # a library with an SM90 backward: then it must be right
-        assert_grads_close(grads, reference(q, k, v, dout), torch.bfloat16, f"seed={SEED}")
+    q, k, v, dout = (randn((2, 200, 8, 128), g, torch.bfloat16) for _ in range(4))
+    k, v = k[:, :, :2].contiguous(), v[:, :, :2].contiguous()  # GQA 4:1
+    out, lse = flashcute.forward(q, k, v, causal=True, return_lse=True)
+    hopper = torch.cuda.get_device_capability(DEVICE) == (9, 0) and bool(
+        flashcute.compiled_tile_configs("sm90", "bf16", 128))
+    if not hopper:
+        with pytest.raises(flashcute.UnsupportedError, match="sm90"):
+            flashcute.backward(dout, q, k, v, out, lse, causal=True, family="sm90")
         return
-    if torch.cuda.get_device_capability(DEVICE) != (9, 0) or not flashcute.compiled_tile_configs(
-            "sm90", "bf16", 128):
-        return  # no SM90 forward to start from
+    expected = reference(q, k, v, dout, causal=True)
+    grads = flashcute.backward(dout, q, k, v, out, lse, causal=True, family="sm90")
+    assert_grads_close(grads, expected, torch.bfloat16, f"sm90 direct seed={SEED}")
     inputs = leaves(q, k, v)
-    out = flashcute.forward(*inputs, family="sm90")
+    out = flashcute.forward(*inputs, causal=True, family="sm90")
+    grads = torch.autograd.grad(out, inputs, dout)
+    assert_grads_close(grads, expected, torch.bfloat16, f"sm90 autograd seed={SEED}")
+    out, lse = flashcute.forward(q, k, v, softcap=5.0, return_lse=True)
     with pytest.raises(flashcute.UnsupportedError, match="sm90"):
-        torch.autograd.grad(out, inputs, dout)
+        flashcute.backward(dout, q, k, v, out, lse, softcap=5.0, family="sm90")

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "api/device.hpp"
 #include "api/dispatch.hpp"
@@ -17,38 +18,57 @@ namespace {
 
 BackwardWorkspace workspace_for(const BackwardArgs& a) {
   const int64_t total_q = a.cu_seqlens_q != nullptr ? a.total_q : a.batch * a.seqlen_q;
-  return backward_workspace(total_q, a.heads, a.head_dim, a.deterministic != 0);
+  return backward_workspace(total_q, a.batch, a.heads, a.head_dim, a.deterministic != 0);
 }
 
-// The backward of the smallest compiled bucket that holds head_dim, within the family the call
-// allows. Only the SM80 family has a backward pass today; AUTO takes it on every device.
-Status select_backward(const BackwardArgs& a, const DeviceLimits& device,
-                       const BackwardKernelEntry*& selected) {
+// The backward of the smallest compiled bucket that holds head_dim, for each family the call
+// allows: AUTO tries the sm90 family first on a compute capability 9.0 device, then the SM80
+// family. An entry is taken only if it supports the problem and its shared memory fits.
+Status select_backward(const BackwardArgs& a, const BackwardParams& params,
+                       const DeviceLimits& device, const BackwardKernelEntry*& selected) {
   selected = nullptr;
   if (Status s = require_sm80(device); !s.ok()) return s;
-  if (a.family == FC_FAMILY_SM90) {
-    return {FC_ERROR_UNSUPPORTED,
-            "family: the sm90 family has no backward pass yet; use FC_FAMILY_AUTO or "
-            "FC_FAMILY_SM80"};
+  if (a.family == FC_FAMILY_SM90 && device.compute_capability != 90) {
+    return {FC_ERROR_UNSUPPORTED, "family: sm90 kernels need a compute capability 9.0 device"};
   }
-  for (const BackwardKernelEntry& e : backward_kernel_table()) {
-    if (e.family == FC_FAMILY_SM80 && e.dtype == a.dtype && e.head_dim >= a.head_dim &&
-        (selected == nullptr || e.head_dim < selected->head_dim)) {
-      selected = &e;
+  std::vector<fc_kernel_family> families;
+  if (a.family == FC_FAMILY_AUTO) {
+    if (device.compute_capability == 90) families.push_back(FC_FAMILY_SM90);
+    families.push_back(FC_FAMILY_SM80);
+  } else {
+    families.push_back(static_cast<fc_kernel_family>(a.family));
+  }
+  std::string why;
+  const auto refuse = [&why](const std::string& reason) {
+    why += (why.empty() ? "" : "; ") + reason;
+  };
+  for (fc_kernel_family family : families) {
+    const char* const name = family == FC_FAMILY_SM90 ? "sm90" : "sm80";
+    const BackwardKernelEntry* match = nullptr;
+    for (const BackwardKernelEntry& e : backward_kernel_table()) {
+      if (e.family == family && e.dtype == a.dtype && e.head_dim >= a.head_dim &&
+          (match == nullptr || e.head_dim < match->head_dim)) {
+        match = &e;
+      }
+    }
+    if (match == nullptr) {
+      refuse(std::string(name) + ": no backward kernel compiled for this dtype and head_dim " +
+             std::to_string(a.head_dim));
+    } else if (match->supports != nullptr && !match->supports(params)) {
+      refuse(std::string(name) +
+             ": this combination of features is not supported by the family's backward "
+             "(deterministic, softcap, ALiBi, empty sequences or unaligned tensors)");
+    } else if (match->smem_bytes > device.max_smem_per_block) {
+      refuse(std::string(name) + ": the backward kernel for head_dim " +
+             std::to_string(match->head_dim) + " needs " + std::to_string(match->smem_bytes) +
+             " bytes of shared memory; the device allows " +
+             std::to_string(device.max_smem_per_block));
+    } else {
+      selected = match;
+      return {};
     }
   }
-  if (selected == nullptr) {
-    return {FC_ERROR_UNSUPPORTED, "sm80: no backward kernel compiled for this dtype and head_dim " +
-                                      std::to_string(a.head_dim)};
-  }
-  if (selected->smem_bytes > device.max_smem_per_block) {
-    return {FC_ERROR_UNSUPPORTED, "the backward kernel for head_dim " +
-                                      std::to_string(selected->head_dim) + " needs " +
-                                      std::to_string(selected->smem_bytes) +
-                                      " bytes of shared memory; the device allows " +
-                                      std::to_string(device.max_smem_per_block)};
-  }
-  return {};
+  return {FC_ERROR_UNSUPPORTED, why};
 }
 
 }  // namespace
@@ -83,7 +103,11 @@ Status backward(const BackwardArgs& args) {
       return {FC_ERROR_INVALID_ARGUMENT, "workspace is not 256-byte aligned"};
     }
     char* const base = static_cast<char*>(args.workspace);
-    params.dout_dot_out = reinterpret_cast<float*>(base + layout.dout_dot_out_offset);
+    float* const stats = reinterpret_cast<float*>(base + layout.row_stats_offset);
+    params.dout_dot_out = stats;
+    params.padded_rows = PaddedRows::total(params.total_q, params.batch);
+    params.lse_log2_padded = stats;
+    params.dout_dot_out_padded = stats + params.heads * params.padded_rows;
     params.dq_accum =
         params.deterministic ? nullptr : reinterpret_cast<float*>(base + layout.dq_accum_offset);
   }
@@ -93,7 +117,7 @@ Status backward(const BackwardArgs& args) {
   DeviceLimits limits{};
   if (Status s = device_limits(device, limits); !s.ok()) return s;
   const BackwardKernelEntry* kernel = nullptr;
-  if (Status s = select_backward(args, limits, kernel); !s.ok()) return s;
+  if (Status s = select_backward(args, params, limits, kernel); !s.ok()) return s;
 
   DeviceGuard guard(device);
   const cudaError_t err = kernel->launch(params, static_cast<cudaStream_t>(args.stream));

@@ -19,6 +19,9 @@ const BackwardKernelTable& backward_kernel_table() {
   static const BackwardKernelTable table = [] {
     BackwardKernelTable t;
     register_sm80_backward_kernels(t);
+#if FLASHCUTE_WITH_SM90
+    register_sm90_backward_kernels(t);
+#endif
     return t;
   }();
   return table;

@@ -43,6 +43,7 @@ using KernelTable = std::vector<KernelEntry>;
 // The backward pass of one (family, dtype, head_dim bucket): its launch runs every kernel of the
 // pass, in order, on one stream.
 using BackwardLaunchFn = cudaError_t (*)(const BackwardParams& params, cudaStream_t stream);
+using BackwardSupportsFn = bool (*)(const BackwardParams& params);
 
 struct BackwardKernelEntry {
   fc_kernel_family family;
@@ -50,6 +51,7 @@ struct BackwardKernelEntry {
   int head_dim;       // the padded head_dim it is built for; a problem runs on the smallest >= d
   size_t smem_bytes;  // the most dynamic shared memory any of its kernels takes
   BackwardLaunchFn launch;
+  BackwardSupportsFn supports;  // null = supports everything
 };
 
 using BackwardKernelTable = std::vector<BackwardKernelEntry>;
@@ -65,6 +67,7 @@ constexpr fc_dtype dtype_of() {
 void register_sm80_kernels(KernelTable& table);
 void register_sm90_kernels(KernelTable& table);
 void register_sm80_backward_kernels(BackwardKernelTable& table);
+void register_sm90_backward_kernels(BackwardKernelTable& table);
 
 // All compiled kernels, built once, thread-safe.
 const KernelTable& kernel_table();

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/backward/workspace.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_info.hpp"
 #include "kernels/sm90/tile_info.hpp"
@@ -109,6 +110,15 @@ void check_problem(const Problem& p) {
       ASSERT_EQ(mask.visible(row, key), sees(p, row, key)) << "row " << row << " key " << key;
     }
   }
+  // Backward element mask: key_queries is exactly the rows that see the key.
+  for (int key = -2; key < p.sk + 2; ++key) {
+    QueryInterval const rows = mask.key_queries(key);
+    for (int row = -2; row < p.sq + 2; ++row) {
+      bool const in = row >= rows.begin && row < rows.end;
+      bool const visible = row >= 0 && row < p.sq && sees(p, row, key);
+      ASSERT_EQ(in, visible) << "key " << key << " row " << row;
+    }
+  }
 }
 
 template <int M, int N>
@@ -144,6 +154,35 @@ TEST(MaskPolicy, EveryPairSm90Tile192x128) { check_random_problems<192, 128>(21)
 TEST(MaskPolicy, EveryPairSm90Tile128x176) { check_random_problems<128, 176>(22); }
 TEST(MaskPolicy, EveryPairSm90Tile128x96) { check_random_problems<128, 96>(23); }
 TEST(MaskPolicy, EveryPairSm90Tile128x80) { check_random_problems<128, 80>(24); }
+
+// The Hopper backward's padded row statistics: each sequence's rows, rounded up to whole blocks,
+// start on a block boundary, stay within the total and never overlap the next sequence's.
+TEST(PaddedRows, SequencesGetWholeDisjointBlocks) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    int const batch = 1 + int(rng() % 9);
+    bool const packed = trial % 2 == 0;
+    int const dense_len = int(rng() % 300);
+    std::vector<int32_t> cu(batch + 1, 0);
+    for (int b = 0; b < batch; ++b) {
+      cu[b + 1] = cu[b] + (packed ? int(rng() % 300) : dense_len);
+    }
+    int64_t const total = PaddedRows::total(cu[batch], batch);
+    int64_t previous_end = 0;
+    for (int b = 0; b < batch; ++b) {
+      SequenceLayout const layout{
+          dense_len, 1,      packed ? cu.data() : nullptr, packed ? cu.data() : nullptr,
+          nullptr,   nullptr};
+      SequenceInfo<> const seq(layout, b);
+      int64_t const start = PaddedRows::sequence_start(seq, b, dense_len);
+      int64_t const blocks = (seq.seqlen_q + PaddedRows::kBlock - 1) / PaddedRows::kBlock;
+      ASSERT_EQ(start % PaddedRows::kBlock, 0) << "sequence " << b;
+      ASSERT_GE(start, previous_end) << "sequence " << b;
+      previous_end = start + blocks * PaddedRows::kBlock;
+      ASSERT_LE(previous_end, total) << "sequence " << b;
+    }
+  }
+}
 
 TEST(SequenceInfo, DensePackedAndKeyArrays) {
   std::vector<int32_t> cu_q = {0, 5, 5, 12}, cu_k = {0, 7, 9, 20};

@@ -44,9 +44,12 @@ TEST(Backward, AllPairs) {
                                          Feature::kWindowLeft, Feature::kWindowRight,
                                          Feature::kSoftcap,    Feature::kAlibi};
   const std::vector<Placement> placements = {Placement::kPacked, Placement::kHeadMajor};
+  // The automatic choice (the sm90 family on a Hopper GPU wherever it supports the case) and each
+  // family forced; a forced family may refuse what it does not support.
+  const std::vector<int> families = {FC_FAMILY_AUTO, FC_FAMILY_SM80, FC_FAMILY_SM90};
   const auto rows = all_pairs({int(dtypes.size()), int(head_dims.size()), int(lengths.size()),
                                int(batches.size()), int(heads.size()), 2, int(features.size()), 2,
-                               int(placements.size()), 2, 2});
+                               int(placements.size()), 2, 2, int(families.size())});
   // Under racecheck only an evenly spread subset runs (FLASHCUTE_TEST_MAX_CASES).
   const size_t limit = case_limit(), step = limit && limit < rows.size() ? rows.size() / limit : 1;
   std::printf("[ info ] %zu all-pairs backward cases, running every %zu\n", rows.size(), step);
@@ -87,7 +90,8 @@ TEST(Backward, AllPairs) {
     c.placement = placements[row[8]];
     c.problem.bottom_right = row[9] == 1;
     const std::unique_ptr<BackwardInputs> bin = make_backward_inputs(c);
-    check_backward(*bin, BackwardRun{FC_FAMILY_AUTO, row[10] == 1});
+    const int family = families[row[11]];
+    check_backward(*bin, BackwardRun{family, row[10] == 1}, family != FC_FAMILY_AUTO);
   }
   std::printf("[ info ] all-pairs backward: %.1f s\n", seconds_since(start));
 }
@@ -221,15 +225,34 @@ TEST(Backward, DeterministicRunsAreBitwiseIdentical) {
   }
 }
 
-// The backward has no Hopper family yet: forcing it is refused as unsupported, or it works.
-TEST(Backward, Sm90FamilyIsRefusedOrWorks) {
+// On a Hopper GPU the sm90 family takes every plain problem with head_dim <= 128 (dense, packed,
+// GQA, masks of both alignments, windows); elsewhere forcing it is refused as unsupported.
+TEST(Backward, Sm90FamilyRunsOnHopper) {
   FC_REQUIRE_GPU();
-  Case c;
-  c.problem = dense_problem(2, 200, 333, 8, 2, 128);
-  c.problem.causal = true;
-  c.problem.bottom_right = true;
-  const std::unique_ptr<BackwardInputs> bin = make_backward_inputs(c);
-  check_backward(*bin, BackwardRun{FC_FAMILY_SM90, false}, kAllowUnsupported);
+  const bool hopper = device_is_sm90();
+  std::vector<Case> cases;
+  for (int d : {64, 128, 72}) {
+    Case c;
+    c.dtype = d == 64 ? FC_FLOAT16 : FC_BFLOAT16;
+    c.problem = dense_problem(2, 200, 333, 8, 2, d);
+    c.problem.causal = true;
+    c.problem.bottom_right = d != 128;
+    cases.push_back(c);
+  }
+  Case window = cases[1];
+  window.problem.causal = false;
+  window.problem.window_left = 70;
+  window.problem.window_right = 9;
+  cases.push_back(window);
+  Case packed;
+  packed.problem = dense_problem(1, 0, 0, 4, 4, 128);
+  set_varlen(packed.problem, {0, 130, 7, 300}, {64, 130, 0, 260});
+  packed.problem.causal = true;
+  cases.push_back(packed);
+  for (const Case& c : cases) {
+    const std::unique_ptr<BackwardInputs> bin = make_backward_inputs(c);
+    check_backward(*bin, BackwardRun{FC_FAMILY_SM90, false}, !hopper);
+  }
 }
 
 // Invalid calls with real device tensors: refused before anything is launched, so the poisoned

@@ -8,7 +8,9 @@
 #include <cutlass/numeric_conversion.h>
 #include <cute/config.hpp>
 
+#include "kernels/backward/workspace.hpp"
 #include "kernels/common/backward_params.hpp"
+#include "kernels/common/score_modifiers.hpp"
 #include "kernels/common/sequence_info.hpp"
 
 namespace flashcute::backward {
@@ -24,15 +26,36 @@ inline dim3 row_kernel_grid(const AttentionParams& p) {
   return dim3((p.seqlen_q + kRowsPerBlock - 1) / kRowsPerBlock, p.heads, p.batch);
 }
 
-template <class Element>
+// Grid of the padded pre-pass: every row of each sequence's padded block (workspace.hpp).
+inline dim3 padded_row_kernel_grid(const AttentionParams& p) {
+  int const blocks = (p.seqlen_q + PaddedRows::kBlock - 1) / PaddedRows::kBlock;
+  return dim3(blocks * (PaddedRows::kBlock / kRowsPerBlock), p.heads, p.batch);
+}
+
+// kPadded = false: dout_dot_out with the LSE's strides (the SM80 family). kPadded = true: the
+// padded rows of the Hopper family, the LSE in log2 units beside it, the padding filled.
+template <class Element, bool kPadded = false>
 __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const BackwardParams p) {
   using Vector = cutlass::AlignedArray<Element, kVector, 16>;
   const int head = blockIdx.y;
   const SequenceInfo<> seq(p.sequences(), blockIdx.z);
   const int lane = threadIdx.x % kLanesPerRow;
+  const int64_t lse_base = seq.batch * p.lse_batch_stride + head * p.lse_head_stride + seq.q_start;
+  const int64_t padded_base =
+      head * p.padded_rows + PaddedRows::sequence_start(seq, blockIdx.z, p.seqlen_q);
+  const int rows_written =
+      kPadded ? (seq.seqlen_q + PaddedRows::kBlock - 1) / PaddedRows::kBlock * PaddedRows::kBlock
+              : seq.seqlen_q;
   for (int r = threadIdx.x / kLanesPerRow; r < kRowsPerBlock; r += kRowsPerPass) {
     const int row = blockIdx.x * kRowsPerBlock + r;
-    if (row >= seq.seqlen_q) break;
+    if (row >= rows_written) break;
+    if (kPadded && row >= seq.seqlen_q) {
+      if (lane == 0) {
+        p.lse_log2_padded[padded_base + row] = INFINITY;
+        p.dout_dot_out_padded[padded_base + row] = 0.f;
+      }
+      continue;
+    }
     const Element* dout =
         static_cast<const Element*>(p.dout) +
         seq.q_offset(p.dout_batch_stride, p.dout_row_stride, p.dout_head_stride, head) +
@@ -52,8 +75,12 @@ __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const Backwar
       sum += __shfl_xor_sync(0xffffffff, sum, offset);
     }
     if (lane == 0) {
-      p.dout_dot_out[seq.batch * p.lse_batch_stride + head * p.lse_head_stride + seq.q_start +
-                     row] = sum;
+      if constexpr (kPadded) {
+        p.lse_log2_padded[padded_base + row] = p.lse[lse_base + row] * kLog2e;
+        p.dout_dot_out_padded[padded_base + row] = sum;
+      } else {
+        p.dout_dot_out[lse_base + row] = sum;
+      }
     }
   }
 }

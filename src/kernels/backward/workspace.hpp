@@ -2,24 +2,59 @@
 // size (the size query) and its layout (the launch). Each part starts on a 256-byte boundary.
 #pragma once
 
+#include <cute/config.hpp>
+
 #include <cstdint>
+
+#include "kernels/common/sequence_info.hpp"
 
 namespace flashcute {
 
+// Per-row statistics in padded rows (the Hopper family): sequence b's rows start at a multiple
+// of kBlock, and every query block of kBlock rows lies inside its sequence's padded rows, so a
+// kernel reads a whole block of statistics without bounds checks. The start
+// floor((first_token + b * kBlock) / kBlock) * kBlock leaves each sequence at least its rounded-up
+// length before the next one; dense batches use the same rule with first_token = b * seqlen_q.
+struct PaddedRows {
+  static constexpr int kBlock = 128;  // the largest query block any kernel reads
+  CUTE_HOST_DEVICE static constexpr int64_t start(int sequence, int64_t first_token) {
+    return (first_token + int64_t(sequence) * kBlock) / kBlock * kBlock;
+  }
+  // Where sequence `sequence` (seq) starts among one head's padded rows.
+  CUTE_HOST_DEVICE static int64_t sequence_start(SequenceInfo<> const& seq, int sequence,
+                                                 int seqlen_q) {
+    return start(sequence, int64_t(seq.batch) * seqlen_q + seq.q_start);
+  }
+  CUTE_HOST_DEVICE static constexpr int64_t total(int64_t total_q, int batch) {
+    return (total_q + int64_t(batch) * kBlock + kBlock - 1) / kBlock * kBlock;
+  }
+};
+
 struct BackwardWorkspace {
-  uint64_t dout_dot_out_offset;  // fp32, heads * total_q
-  uint64_t dq_accum_offset;      // fp32, total_q * heads * head_dim; absent when deterministic
-  uint64_t bytes;                // the whole workspace
+  // fp32 row statistics: heads * total_q (SM80 family's dout_dot_out) or 2 * heads * PaddedRows
+  // (the Hopper family's LSE and dout_dot_out), whichever is larger.
+  uint64_t row_stats_offset;
+  // fp32 dq sums, absent when deterministic: total_q * heads * head_dim (the SM80 family's
+  // (token, head, column) layout) or heads * PaddedRows * head_dim rounded up to 64 (the Hopper
+  // family's whole blocks in its MMA's register order), whichever is larger.
+  uint64_t dq_accum_offset;
+  uint64_t bytes;  // the whole workspace
 };
 
 constexpr uint64_t round_up_256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-constexpr BackwardWorkspace backward_workspace(int64_t total_q, int64_t heads, int64_t head_dim,
-                                               bool deterministic) {
-  uint64_t const dots = round_up_256(uint64_t(heads * total_q) * sizeof(float));
-  uint64_t const accum =
-      deterministic ? 0 : round_up_256(uint64_t(total_q * heads * head_dim) * sizeof(float));
-  return {0, dots, dots + accum};
+constexpr uint64_t larger(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64_t heads,
+                                               int64_t head_dim, bool deterministic) {
+  int64_t const padded = PaddedRows::total(total_q, batch);
+  uint64_t const stats = round_up_256(larger(heads * total_q, 2 * heads * padded) * sizeof(float));
+  uint64_t const accum = deterministic
+                             ? 0
+                             : round_up_256(larger(total_q * heads * head_dim,
+                                                   heads * padded * ((head_dim + 63) / 64 * 64)) *
+                                            sizeof(float));
+  return {0, stats, stats + accum};
 }
 
 }  // namespace flashcute

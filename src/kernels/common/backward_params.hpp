@@ -19,8 +19,15 @@ struct BackwardParams : AttentionParams {
   int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
   int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
 
-  // rowsum(dout * out) per query row, fp32, laid out like the LSE (its strides).
+  // rowsum(dout * out) per query row, fp32, laid out like the LSE (its strides). SM80 family.
   float* dout_dot_out;
+  // Hopper family: the forward's LSE times log2(e) and rowsum(dout * out), per head in rows padded
+  // per sequence (backward/workspace.hpp, PaddedRows), so that a query block's values are one
+  // aligned bulk copy; the padding holds +inf and 0 (P = 0 there). They share the workspace with
+  // dout_dot_out: one family runs.
+  float* lse_log2_padded;
+  float* dout_dot_out_padded;
+  int64_t padded_rows;  // per head
   // fp32 sums of dq / softmax_scale over key blocks: (query token, head, head_dim), token = batch
   // * seqlen_q + row when dense, the packed index when variable length. Null when deterministic.
   float* dq_accum;

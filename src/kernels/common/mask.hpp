@@ -30,6 +30,11 @@ struct KeyInterval {
   int begin, end;
 };
 
+// Queries that see one key: [begin, end), empty when end <= begin.
+struct QueryInterval {
+  int begin, end;
+};
+
 struct AttentionMask {
   int seqlen_q, seqlen_k;
   int diag;         // query i and key i + diag are aligned
@@ -51,6 +56,13 @@ struct AttentionMask {
   CUTE_HOST_DEVICE KeyInterval row_keys(int row) const {
     return {left >= 0 ? row + diag - left : 0,
             right >= 0 ? geometry_min(seqlen_k, row + diag + right + 1) : seqlen_k};
+  }
+
+  // Backward, the inverse of row_keys: the rows that see key j (none for a key past seqlen_k).
+  CUTE_HOST_DEVICE QueryInterval key_queries(int key) const {
+    if (key < 0 || key >= seqlen_k) return {0, 0};
+    return {right >= 0 ? geometry_max(key - diag - right, 0) : 0,
+            left >= 0 ? geometry_min(seqlen_q, key - diag + left + 1) : seqlen_q};
   }
 
   // Forward: the query tile m (rows [m * kBlockM, ...) below seqlen_q) over key blocks of kBlockN.

@@ -1,4 +1,4 @@
-// Every named barrier of the Hopper family in one place (ids 1..7: id 0 is __syncthreads).
+// Every named barrier of the Hopper family in one place (ids 1..15: id 0 is __syncthreads).
 #pragma once
 
 namespace flashcute::sm90 {
@@ -8,6 +8,12 @@ enum class BarrierId : int {
   kEpilogueWarpgroup0 = 1,
   // The ping-pong turns of the two consumer warpgroups (ids 4 and 5), 256 threads.
   kTurnWarpgroup0 = 4,
+  // Backward: every consumer thread of the CTA (K and V loaded; a step's dS written).
+  kBackwardConsumers = 6,
+  // Backward: the consumers and dQ's writer warp (a step's dQ is in shared memory; its buffer is
+  // free again).
+  kBackwardDqFull = 7,
+  kBackwardDqEmpty = 8,
 };
 
 // The barrier of consumer warpgroup `warpgroup` within a group of barriers.

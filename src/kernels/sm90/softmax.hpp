@@ -26,38 +26,47 @@ CUTE_DEVICE void scale_scores(Tensor& s, float scale) {
   for (int i = 0; i < size(s); ++i) s(i) *= scale;
 }
 
-// Hides (row, key) pairs outside the mask with -inf and leaves the visible scores as they are.
-// coords: the identity tensor of the tile partitioned like s, giving (row, column) within the
-// tile. Column c holds key key0 + c; keys below key_lo are rows of a shifted last block that
-// belong to the block before (tile_info.hpp). A thread's columns are its first column plus
-// offsets known at compile time, so the bounds are moved onto the offsets once per row and each
-// score costs one compare with an immediate and a select (two compares where a lower bound
-// applies: a left window edge, or a shifted block).
-template <class Tensor, class Coords>
-CUTE_DEVICE void mask_scores(Tensor& s, Coords const& coords, int row0, int key0, int key_lo,
-                             AttentionMask const& mask) {
+// Sets to -inf every element of s whose column index lies outside its row's interval. coords: the
+// identity tensor of the tile partitioned like s, giving (row, column) within the tile; row r of
+// the tile has index row0 + r, column c index col0 + c, and interval_of(row index) gives the
+// visible [begin, end) of column indices; indices below col_lo are hidden too. A thread's columns
+// are its first column plus offsets known at compile time, so the bounds are moved onto the
+// offsets once per row and each element costs one compare with an immediate and a select (two
+// compares when two_sided: a lower bound may cut the row).
+template <class Tensor, class Coords, class IntervalOf>
+CUTE_DEVICE void mask_outside(Tensor& s, Coords const& coords, int row0, int col0, int col_lo,
+                              bool two_sided, IntervalOf const& interval_of) {
   int const first_col = get<1>(coords(0, 0));
-  int const first_key = key0 + first_col;
-  auto apply = [&](auto two_sided) {
+  int const first_index = col0 + first_col;
+  auto apply = [&](auto is_two_sided) {
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
-      KeyInterval const keys = mask.row_keys(row0 + get<0>(coords(r, 0)));
-      int const hi = keys.end - first_key;                          // offsets from hi on are hidden
-      int const lo = geometry_max(key_lo, keys.begin) - first_key;  // offsets below lo are hidden
+      auto const visible_cols = interval_of(row0 + get<0>(coords(r, 0)));
+      int const hi = visible_cols.end - first_index;  // offsets from hi on are hidden
+      int const lo = geometry_max(col_lo, visible_cols.begin) - first_index;  // and below lo
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
         int const offset = get<1>(coords(r, c)) - first_col;
         bool visible = offset < hi;
-        if constexpr (decltype(two_sided)::value) visible = visible && offset >= lo;
+        if constexpr (decltype(is_two_sided)::value) visible = visible && offset >= lo;
         s(r, c) = visible ? s(r, c) : -INFINITY;
       }
     }
   };
-  if (mask.left >= 0 || key_lo > key0) {
+  if (two_sided) {
     apply(cute::true_type{});
   } else {
     apply(cute::false_type{});
   }
+}
+
+// Forward: hides (row, key) pairs outside the mask with -inf. Column c holds key key0 + c; keys
+// below key_lo are rows of a shifted last block that belong to the block before (tile_info.hpp).
+template <class Tensor, class Coords>
+CUTE_DEVICE void mask_scores(Tensor& s, Coords const& coords, int row0, int key0, int key_lo,
+                             AttentionMask const& mask) {
+  mask_outside(s, coords, row0, key0, key_lo, mask.left >= 0 || key_lo > key0,
+               [&](int row) { return mask.row_keys(row); });
 }
 
 }  // namespace flashcute::sm90

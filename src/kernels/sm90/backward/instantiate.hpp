@@ -1,0 +1,93 @@
+// Registers the Hopper backward of one (dtype, head_dim bucket): which problems it takes, the tile,
+// and the launch of the whole pass (the padded row statistics, the main kernel, dQ's post-pass).
+// The build generates one translation unit per (dtype, head_dim) that expands
+// FLASHCUTE_SM90_BACKWARD_INSTANTIATE (cmake/instantiate.cmake).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+
+#include "kernels/backward/row_kernels.cuh"
+#include "kernels/common/score_modifiers.hpp"
+#include "kernels/device_attributes.hpp"
+#include "kernels/kernel_registry.hpp"
+#include "kernels/sm90/backward/traits.hpp"
+#include "kernels/sm90/kernel/backward_kernel.hpp"
+#include "kernels/sm90/launch.hpp"  // aligned16
+
+namespace flashcute::sm90 {
+
+// 128 keys per CTA (two consumer warpgroups), 64 query rows per step, two Q/dO stages.
+template <class Element, int kHeadDim>
+using DefaultBackwardTraits = BackwardTraits<Element, kHeadDim, 64, 128, 2>;
+
+// TMA (Q, dO) and 16-byte cp.async (K, V) need 16-byte aligned bases and strides. Deterministic
+// gradients, softcap, ALiBi, and problems without queries or keys run on the SM80 family.
+template <class Traits>
+bool supports_backward(const BackwardParams& p) {
+  bool const packed = p.cu_seqlens_q != nullptr;
+  if (p.deterministic || has_softcap_or_alibi(p)) return false;
+  if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return false;
+  if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return false;
+  if (packed && (p.cu_seqlens_k == nullptr || p.total_q <= 0 || p.total_q > INT_MAX)) return false;
+  for (const void* ptr : {p.q, p.k, p.v, p.dout}) {
+    if (!aligned16(ptr)) return false;
+  }
+  const int64_t strides[] = {p.q_row_stride, p.q_head_stride,   p.k_row_stride,
+                             p.v_row_stride, p.dout_row_stride, p.dout_head_stride};
+  for (int64_t s : strides) {
+    if (s % 8 != 0) return false;
+  }
+  if (!packed && (p.q_batch_stride % 8 != 0 || p.dout_batch_stride % 8 != 0)) return false;
+  return true;
+}
+
+template <class Traits>
+cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  using Kernel = BackwardKernel<Traits>;
+  namespace rows = flashcute::backward;
+  cudaError_t err = cudaMemsetAsync(
+      p.dq_accum, 0, size_t(p.total_q) * p.dq_accum_row_stride * sizeof(float), stream);
+  if (err != cudaSuccess) return err;
+  rows::dout_dot_out_kernel<Element, true>
+      <<<rows::padded_row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
+
+  auto const kernel = backward_kernel<Kernel>;
+  int device = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+  err = configure_once_per_device<Kernel>(device, [&] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Kernel::kSmemBytes);
+  });
+  if (err != cudaSuccess) return err;
+  dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
+  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(Kernel::to_params(p));
+
+  rows::dq_from_accum_kernel<Element>
+      <<<rows::row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class Element, int kHeadDim>
+void add_backward_kernels(BackwardKernelTable& table) {
+  using Traits = DefaultBackwardTraits<Element, kHeadDim>;
+  BackwardKernelEntry entry{};
+  entry.family = FC_FAMILY_SM90;
+  entry.dtype = dtype_of<Element>();
+  entry.head_dim = kHeadDim;
+  entry.smem_bytes = size_t(BackwardKernel<Traits>::kSmemBytes);
+  entry.launch = &launch_backward<Traits>;
+  entry.supports = &supports_backward<Traits>;
+  table.push_back(entry);
+}
+
+}  // namespace flashcute::sm90
+
+#define FLASHCUTE_SM90_BACKWARD_INSTANTIATE(Element, dtype, head_dim)  \
+  namespace flashcute::sm90_backward {                                 \
+  void register_##dtype##_hd##head_dim(BackwardKernelTable& table) {   \
+    ::flashcute::sm90::add_backward_kernels<Element, head_dim>(table); \
+  }                                                                    \
+  }

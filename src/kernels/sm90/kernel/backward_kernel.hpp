@@ -1,0 +1,377 @@
+// The Hopper backward kernel. One CTA owns one key block of one KV head and accumulates its dK and
+// dV in registers over every query block that sees it, for every query head of the KV head's
+// group (GQA sums need no atomics). Warpgroup 0 produces: one thread streams Q, dO and the
+// blocks' row statistics (LSE, rowsum(dO * O)) through a TMA pipeline. Each consumer warpgroup
+// owns 64 keys; per step (query head, query block):
+//   S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands), P^T = exp2(S^T scale - lse),
+//   dV += P^T dO (P^T from registers) while dP^T finishes, dS^T = P^T (dP^T - rowsum(dO * O)),
+//   dK += dS^T Q, dS^T to shared memory, and once every warpgroup has written its keys' part,
+//   dQ = dS K for this warpgroup's slice of the head dim, added to the fp32 accumulator with
+//   atomics. dQ's post-pass scales and converts it (kernels/backward/row_kernels.cuh).
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/backward/workspace.hpp"
+#include "kernels/common/backward_params.hpp"
+#include "kernels/common/mask.hpp"
+#include "kernels/common/sequence_info.hpp"
+#include "kernels/sm80/predicated_copy.cuh"
+#include "kernels/sm90/backward/traits.hpp"
+#include "kernels/sm90/fragment.hpp"
+#include "kernels/sm90/named_barriers.hpp"
+#include "kernels/sm90/softmax.hpp"
+
+namespace flashcute::sm90 {
+
+template <class Traits_>
+struct BackwardKernel {
+  using Traits = Traits_;
+  using Element = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kStages = Traits::kStages;
+  static constexpr int kThreads = Traits::kThreads;
+  static constexpr int kConsumerThreads = Traits::kConsumerThreads;
+
+  // setmaxnreg budgets, as in the forward kernel: the producer keeps 24 registers per thread.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kConsumerRegs =
+      cute::min(240, (kEntryRegs * kThreads - kProducerRegs * 128) / kConsumerThreads / 8 * 8);
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads);
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> dout;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutK>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutV>, 1024> v;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutDs>, 1024> ds;
+    alignas(16) float lse_log2[kStages][kBlockM];
+    alignas(16) float dout_dot_out[kStages][kBlockM];
+    typename Pipeline::SharedStorage pipe;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+
+  struct Params {
+    typename Traits::TmaQ tma_q;
+    typename Traits::TmaQ tma_dout;
+    typename Traits::GmemShape shape_q;  // (rows, head_dim, heads, batches)
+    BackwardParams p;
+  };
+
+  // Host, once per launch. Packed sequences are one batch of total_q tokens, whose batch stride
+  // is never applied (the row stride stands in, a valid TMA stride).
+  static Params to_params(BackwardParams const& p) {
+    bool const packed = p.cu_seqlens_q != nullptr;
+    auto const shape =
+        make_shape(packed ? int(p.total_q) : p.seqlen_q, p.head_dim, p.heads, packed ? 1 : p.batch);
+    auto const tma = [&](const void* ptr, int64_t row, int64_t head, int64_t batch) {
+      Tensor t =
+          make_tensor(make_gmem_ptr(static_cast<const Element*>(ptr)),
+                      make_layout(shape, make_stride(row, _1{}, head, packed ? row : batch)));
+      return make_tma_copy(SM90_TMA_LOAD{}, t, take<0, 2>(typename Traits::SmemLayoutQ{}),
+                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{});
+    };
+    return Params{tma(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                  tma(p.dout, p.dout_row_stride, p.dout_head_stride, p.dout_batch_stride), shape,
+                  p};
+  }
+
+  // The query blocks of this CTA's key block, and its steps: every block for each query head of
+  // the group, the head changing slowest.
+  struct Work {
+    int n_block, head_kv;
+    SequenceInfo<> seq;
+    AttentionMask mask;
+    BlockRange blocks;
+    int steps;
+
+    CUTE_DEVICE Work(BackwardParams const& p)
+        : n_block(int(blockIdx.x)),
+          head_kv(int(blockIdx.y)),
+          seq(p.sequences(), int(blockIdx.z)),
+          mask(seq.seqlen_q, seq.seqlen_k, p.bottom_right, p.window_left, p.window_right),
+          blocks(mask.query_blocks<kBlockM, kBlockN>(n_block)) {
+      steps = cute::max(blocks.end - blocks.begin, 0) * p.heads_per_kv_head;
+    }
+    CUTE_DEVICE int head(BackwardParams const& p, int step) const {
+      return head_kv * p.heads_per_kv_head + step / (blocks.end - blocks.begin);
+    }
+    CUTE_DEVICE int m_block(int step) const {
+      return blocks.begin + step % (blocks.end - blocks.begin);
+    }
+  };
+
+  CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
+    auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+    BackwardParams const& p = params.p;
+    Work const work(p);
+    if (work.n_block * kBlockN >= work.seq.seqlen_k) return;  // a shorter packed sequence
+
+    int const warpgroup = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+      cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
+    }
+    typename Pipeline::Params pipe_params;
+    pipe_params.transaction_bytes = Traits::kBytesStage;
+    pipe_params.role =
+        warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+    pipe_params.is_leader = threadIdx.x == 0;
+    pipe_params.num_consumers = kConsumerThreads;
+    Pipeline pipe(smem.pipe, pipe_params, Shape<_1, _1, _1>{});
+    __syncthreads();  // barrier initialisation visible to every thread
+
+    if (warpgroup == 0) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+      if (threadIdx.x == 0) produce(params, smem, pipe, work);
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+      consume(p, smem, pipe, work, int(threadIdx.x) - 128);
+    }
+  }
+
+ private:
+  CUTE_DEVICE static void produce(Params const& params, SharedStorage& smem, Pipeline& pipe,
+                                  Work const& work) {
+    BackwardParams const& p = params.p;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+    int64_t const stats_start = PaddedRows::sequence_start(work.seq, int(blockIdx.z), p.seqlen_q);
+    PipelineState state = cutlass::make_producer_start_state<Pipeline>();
+    for (int step = 0; step < work.steps; ++step) {
+      int const head = work.head(p, step), m_block = work.m_block(step);
+      // (global block, shared stage) partitions of Q and dO for this head.
+      auto blocks_of = [&](auto const& tma, auto const& sX) {
+        Tensor mX = domain_offset(make_coord(work.seq.q_start, _0{}),
+                                  tma.get_tma_tensor(params.shape_q)(_, _, head, work.seq.batch));
+        Tensor gX = local_tile(mX, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sX), group_modes<0, 2>(gX));
+      };
+      auto [tQg, tQs] = blocks_of(params.tma_q, sQ);
+      auto [tdOg, tdOs] = blocks_of(params.tma_dout, sdO);
+      pipe.producer_acquire(state);
+      auto* const bar = pipe.producer_get_barrier(state);
+      int const stage = state.index();
+      copy(params.tma_q.with(*bar, 0), tQg(_, m_block), tQs(_, stage));
+      copy(params.tma_dout.with(*bar, 0), tdOg(_, m_block), tdOs(_, stage));
+      int64_t const row = head * p.padded_rows + stats_start + int64_t(m_block) * kBlockM;
+      SM90_BULK_COPY_G2S::copy(p.lse_log2_padded + row, bar, smem.lse_log2[stage],
+                               Traits::kBytesStats);
+      SM90_BULK_COPY_G2S::copy(p.dout_dot_out_padded + row, bar, smem.dout_dot_out[stage],
+                               Traits::kBytesStats);
+      ++state;
+    }
+  }
+
+  // thread: the index among the consumer threads.
+  CUTE_DEVICE static void consume(BackwardParams const& p, SharedStorage& smem, Pipeline& pipe,
+                                  Work const& work, int thread) {
+    using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+    using TileS = Shape<Int<kBlockN>, Int<kBlockM>>;
+    using TileDq = Shape<Int<kBlockM>, Int<kHeadDim>>;
+    int const key_begin = work.n_block * kBlockN;
+    int const key_rows = work.seq.seqlen_k - key_begin;
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+    Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
+    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
+
+    // K and V of the block.
+    {
+      typename Traits::GmemTiledCopyKV gmem_copy;
+      auto thr = gmem_copy.get_thread_slice(thread);
+      Tensor coords = thr.partition_S(make_identity_tensor(TileKV{}));
+      Tensor col_ok = make_tensor<bool>(make_shape(size<2>(coords)));
+      CUTE_UNROLL
+      for (int k = 0; k < size(col_ok); ++k) col_ok(k) = int(get<1>(coords(0, 0, k))) < p.head_dim;
+      auto block_of = [&](const void* ptr, int64_t batch_stride, int64_t row_stride,
+                          int64_t head_stride) {
+        auto base =
+            make_gmem_ptr(static_cast<const Element*>(ptr) +
+                          work.seq.k_offset(batch_stride, row_stride, head_stride, work.head_kv));
+        return local_tile(make_tensor(base, make_shape(work.seq.seqlen_k, Int<kHeadDim>{}),
+                                      make_stride(row_stride, _1{})),
+                          TileKV{}, make_coord(work.n_block, 0));
+      };
+      sm80::copy_tile_in<true>(
+          gmem_copy,
+          thr.partition_S(block_of(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride)),
+          thr.partition_D(sK), coords, col_ok, key_rows);
+      sm80::copy_tile_in<true>(
+          gmem_copy,
+          thr.partition_S(block_of(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride)),
+          thr.partition_D(sV), coords, col_ok, key_rows);
+      cp_async_fence();
+      cp_async_wait<0>();
+      cutlass::arch::fence_view_async_shared();  // visible to wgmma (the async proxy)
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+    }
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaDkv mma_dkv;
+    typename Traits::TiledMmaDq mma_dq;
+    auto thr_sdp = mma_sdp.get_thread_slice(thread);
+    auto thr_dkv = mma_dkv.get_thread_slice(thread);
+    auto thr_dq = mma_dq.get_thread_slice(thread);
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stages)
+    Tensor tPrV = thr_sdp.partition_fragment_A(sV);
+    Tensor tPrdO = thr_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
+    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffers)
+    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
+    Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // (MMA, MMA_M, MMA_N, buffers)
+    Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
+    Tensor dq_coords = thr_dq.partition_C(make_identity_tensor(TileDq{}));
+
+    Tensor dk = partition_fragment_C(mma_dkv, TileKV{});
+    Tensor dv = partition_fragment_C(mma_dkv, TileKV{});
+    clear(dk);
+    clear(dv);
+    MaskedBlocks const masked =
+        work.mask.template masked_query_blocks<kBlockM, kBlockN>(work.n_block);
+    bool const two_sided = work.mask.right >= 0;
+
+    PipelineState state;
+    for (int step = 0; step < work.steps; ++step) {
+      int const head = work.head(p, step), m_block = work.m_block(step);
+      int const stage = state.index(), buffer = step & 1;
+      pipe.consumer_wait(state);
+      Tensor s = partition_fragment_C(mma_sdp, TileS{});
+      Tensor dp = partition_fragment_C(mma_sdp, TileS{});
+      warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), s);
+      warpgroup_gemm<true, -1>(mma_sdp, tPrV, tPrdO(_, _, _, stage), dp);
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(s);
+
+      // P^T = exp2(S^T scale - lse): column c is query row m_block * kBlockM + c. The mask acts
+      // on the exponent, so a zero or negative scale needs no special case.
+      Tensor s_rc = rowcol_view(s);
+      float const* lse = smem.lse_log2[stage];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) {
+        float const row_lse = lse[get<1>(coords(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s_rc); ++r) s_rc(r, c) = s_rc(r, c) * p.scale_log2 - row_lse;
+      }
+      if (masked.contains(m_block)) {
+        mask_outside(s_rc, coords, key_begin, m_block * kBlockM, 0, two_sided,
+                     [&](int key) { return work.mask.key_queries(key); });
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < size(s); ++i) s(i) = fast_exp2(s(i));
+      Tensor pt = convert_fragment<Element>(s);
+      Tensor pt_a = make_tensor(pt.data(), acc_as_a_operand(pt.layout()));
+      warpgroup_gemm<false, -1>(mma_dkv, pt_a, tdVrdO(_, _, _, stage), dv);
+
+      // dS^T = P^T (dP^T - rowsum(dO * O)), while dV's GEMM runs.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(dp);
+      Tensor dp_rc = rowcol_view(dp);
+      float const* dots = smem.dout_dot_out[stage];
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(dp_rc); ++c) {
+        float const dot = dots[get<1>(coords(0, c))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - dot);
+      }
+      Tensor dst = convert_fragment<Element>(dp);
+      copy(dst, tdSsdS(_, _, _, buffer));
+      Tensor dst_a = make_tensor(dst.data(), acc_as_a_operand(dst.layout()));
+      warpgroup_gemm<false, -1>(mma_dkv, dst_a, tdKrQ(_, _, _, stage), dk);
+
+      // dQ = dS K once every warpgroup's keys are in dS.
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+      Tensor dq = partition_fragment_C(mma_dq, TileDq{});
+      warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(dq);
+      warpgroup_fence_operand(dk);
+      warpgroup_fence_operand(dv);
+      pipe.consumer_release(state);
+      ++state;
+      add_dq(p, work.seq, head, m_block, dq, dq_coords);
+    }
+
+    // dK is the gradient of the scaled scores' keys: scale it.
+    CUTE_UNROLL
+    for (int i = 0; i < size(dk); ++i) dk(i) *= p.softmax_scale;
+    Tensor kv_coords = thr_dkv.partition_C(make_identity_tensor(TileKV{}));
+    store_gradient(
+        dk, kv_coords, p.dk,
+        work.seq.k_offset(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, work.head_kv) +
+            int64_t(key_begin) * p.dk_row_stride,
+        p.dk_row_stride, key_rows, p.head_dim);
+    store_gradient(
+        dv, kv_coords, p.dv,
+        work.seq.k_offset(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, work.head_kv) +
+            int64_t(key_begin) * p.dv_row_stride,
+        p.dv_row_stride, key_rows, p.head_dim);
+  }
+
+  // This step's dQ / softmax_scale added to the fp32 accumulator, rows of the sequence only. A
+  // wgmma accumulator holds column pairs: one 8-byte atomic each.
+  template <class Dq, class Coords>
+  CUTE_DEVICE static void add_dq(BackwardParams const& p, SequenceInfo<> const& seq, int head,
+                                 int m_block, Dq const& dq, Coords const& coords) {
+    int const row0 = m_block * kBlockM;
+    float* const accum =
+        p.dq_accum +
+        (int64_t(seq.batch) * p.seqlen_q + seq.q_start + row0) * p.dq_accum_row_stride +
+        int64_t(head) * p.head_dim;
+    int const rows = seq.seqlen_q - row0;
+    CUTE_UNROLL
+    for (int i = 0; i < size(dq); i += 2) {
+      int const row = int(get<0>(coords(i))), col = int(get<1>(coords(i)));
+      if (row < rows && col < p.head_dim) {
+        atomicAdd(reinterpret_cast<float2*>(accum + int64_t(row) * p.dq_accum_row_stride + col),
+                  make_float2(dq(i), dq(i + 1)));
+      }
+    }
+  }
+
+  // A gradient tile in the input type, rows below valid_rows and columns below valid_cols only;
+  // each column pair is one 4-byte store.
+  template <class Acc, class Coords>
+  CUTE_DEVICE static void store_gradient(Acc const& acc, Coords const& coords, void* base,
+                                         int64_t offset, int64_t row_stride, int valid_rows,
+                                         int valid_cols) {
+    using Pair = cutlass::AlignedArray<Element, 2, 4>;
+    Element* const dst = static_cast<Element*>(base) + offset;
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      int const row = int(get<0>(coords(i))), col = int(get<1>(coords(i)));
+      if (row < valid_rows && col < valid_cols) {
+        Pair pair;
+        pair[0] = Element(acc(i));
+        pair[1] = Element(acc(i + 1));
+        *reinterpret_cast<Pair*>(dst + row * row_stride + col) = pair;
+      }
+    }
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1)
+    backward_kernel(CUTE_GRID_CONSTANT typename Kernel::Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) char smem_raw[];
+  Kernel::run(p, smem_raw);
+#endif
+}
+
+}  // namespace flashcute::sm90
