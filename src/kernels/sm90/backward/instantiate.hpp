@@ -49,7 +49,7 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   using Kernel = BackwardKernel<Traits>;
   namespace rows = flashcute::backward;
   cudaError_t err = cudaMemsetAsync(
-      p.dq_accum, 0, size_t(p.total_q) * p.dq_accum_row_stride * sizeof(float), stream);
+      p.dq_accum, 0, size_t(p.heads) * p.padded_rows * Traits::kHeadDim * sizeof(float), stream);
   if (err != cudaSuccess) return err;
   rows::dout_dot_out_kernel<Element, true>
       <<<rows::padded_row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
@@ -65,8 +65,8 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(Kernel::to_params(p));
 
-  rows::dq_from_accum_kernel<Element>
-      <<<rows::row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
+  dim3 const dq_grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
+  dq_from_fragments_kernel<Kernel><<<dq_grid, Traits::kConsumerThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

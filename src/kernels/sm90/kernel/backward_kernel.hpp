@@ -6,8 +6,11 @@
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands), P^T = exp2(S^T scale - lse),
 //   dV += P^T dO (P^T from registers) while dP^T finishes, dS^T = P^T (dP^T - rowsum(dO * O)),
 //   dK += dS^T Q, dS^T to shared memory, and once every warpgroup has written its keys' part,
-//   dQ = dS K for this warpgroup's slice of the head dim, added to the fp32 accumulator with
-//   atomics. dQ's post-pass scales and converts it (kernels/backward/row_kernels.cuh).
+//   dQ = dS K for this warpgroup's slice of the head dim, staged in shared memory.
+// A second producer warp adds each staged dQ block to the fp32 accumulator in global memory with
+// one bulk reduction (cp.reduce.async.bulk): the block is kept in the MMA's register order, so the
+// consumers' stores are conflict-free 16-byte vectors and the block is one contiguous range;
+// dq_from_fragments_kernel reads it back in the same order, scales and converts it.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -51,6 +54,7 @@ struct BackwardKernel {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutV>, 1024> v;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutDs>, 1024> ds;
+    alignas(128) float dq[kBlockM * kHeadDim];  // one step's dQ, in register order
     alignas(16) float lse_log2[kStages][kBlockM];
     alignas(16) float dout_dot_out[kStages][kBlockM];
     typename Pipeline::SharedStorage pipe;
@@ -107,6 +111,16 @@ struct BackwardKernel {
     }
   };
 
+  // Where block m_block of `head` sums its dQ: a contiguous block of the accumulator, in the
+  // padded rows of the sequence.
+  CUTE_HOST_DEVICE static float* dq_block(BackwardParams const& p, SequenceInfo<> const& seq,
+                                          int sequence, int head, int m_block) {
+    int64_t const row = head * p.padded_rows +
+                        PaddedRows::sequence_start(seq, sequence, p.seqlen_q) +
+                        int64_t(m_block) * kBlockM;
+    return p.dq_accum + row * kHeadDim;
+  }
+
   CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
     auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
     BackwardParams const& p = params.p;
@@ -130,6 +144,7 @@ struct BackwardKernel {
     if (warpgroup == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
       if (threadIdx.x == 0) produce(params, smem, pipe, work);
+      if (threadIdx.x / 32 == 1) write_dq(p, smem, work);
     } else {
       cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
       consume(p, smem, pipe, work, int(threadIdx.x) - 128);
@@ -235,7 +250,6 @@ struct BackwardKernel {
     Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
     Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // (MMA, MMA_M, MMA_N, buffers)
     Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
-    Tensor dq_coords = thr_dq.partition_C(make_identity_tensor(TileDq{}));
 
     Tensor dk = partition_fragment_C(mma_dkv, TileKV{});
     Tensor dv = partition_fragment_C(mma_dkv, TileKV{});
@@ -247,7 +261,7 @@ struct BackwardKernel {
 
     PipelineState state;
     for (int step = 0; step < work.steps; ++step) {
-      int const head = work.head(p, step), m_block = work.m_block(step);
+      int const m_block = work.m_block(step);
       int const stage = state.index(), buffer = step & 1;
       pipe.consumer_wait(state);
       Tensor s = partition_fragment_C(mma_sdp, TileS{});
@@ -304,7 +318,7 @@ struct BackwardKernel {
       warpgroup_fence_operand(dv);
       pipe.consumer_release(state);
       ++state;
-      add_dq(p, work.seq, head, m_block, dq, dq_coords);
+      stage_dq(smem, dq, thread);
     }
 
     // dK is the gradient of the scaled scores' keys: scale it.
@@ -323,23 +337,46 @@ struct BackwardKernel {
         p.dv_row_stride, key_rows, p.head_dim);
   }
 
-  // This step's dQ / softmax_scale added to the fp32 accumulator, rows of the sequence only. A
-  // wgmma accumulator holds column pairs: one 8-byte atomic each.
-  template <class Dq, class Coords>
-  CUTE_DEVICE static void add_dq(BackwardParams const& p, SequenceInfo<> const& seq, int head,
-                                 int m_block, Dq const& dq, Coords const& coords) {
-    int const row0 = m_block * kBlockM;
-    float* const accum =
-        p.dq_accum +
-        (int64_t(seq.batch) * p.seqlen_q + seq.q_start + row0) * p.dq_accum_row_stride +
-        int64_t(head) * p.head_dim;
-    int const rows = seq.seqlen_q - row0;
+  static constexpr int kDqBarrierThreads = kConsumerThreads + 32;  // and the writer warp
+
+  // Value 4 j .. 4 j + 3 of consumer thread t go to float4 j * kConsumerThreads + t.
+  template <class Dq>
+  CUTE_DEVICE static void stage_dq(SharedStorage& smem, Dq const& dq, int thread) {
+    static_assert(decltype(size(dq))::value % 4 == 0);
+    cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
+    float4* const dst = reinterpret_cast<float4*>(smem.dq);
     CUTE_UNROLL
-    for (int i = 0; i < size(dq); i += 2) {
-      int const row = int(get<0>(coords(i))), col = int(get<1>(coords(i)));
-      if (row < rows && col < p.head_dim) {
-        atomicAdd(reinterpret_cast<float2*>(accum + int64_t(row) * p.dq_accum_row_stride + col),
-                  make_float2(dq(i), dq(i + 1)));
+    for (int j = 0; j < size(dq) / 4; ++j) {
+      dst[j * kConsumerThreads + thread] =
+          make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3));
+    }
+    cutlass::arch::fence_view_async_shared();  // visible to the bulk reduction
+    cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
+  }
+
+  // The writer warp: each step's staged dQ added to its block of the accumulator.
+  CUTE_DEVICE static void write_dq(BackwardParams const& p, SharedStorage& smem, Work const& work) {
+    bool const leader = threadIdx.x % 32 == 0;
+    if (work.steps > 0) {
+      cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
+    }
+    for (int step = 0; step < work.steps; ++step) {
+      cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
+      if (leader) {
+        float* const dst =
+            dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step));
+        uint32_t const src = cute::cast_smem_ptr_to_uint(smem.dq);
+        asm volatile(
+            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                dst),
+            "r"(src), "n"(kBlockM * kHeadDim * int(sizeof(float)))
+            : "memory");
+        cute::tma_store_arrive();
+        cute::tma_store_wait<0>();  // the buffer has been read
+      }
+      __syncwarp();
+      if (step + 1 < work.steps) {
+        cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
       }
     }
   }
@@ -364,6 +401,45 @@ struct BackwardKernel {
     }
   }
 };
+
+// dQ from its accumulator blocks (BackwardKernel::dq_block, register order): scaled by
+// softmax_scale and stored in the input type, rows of the sequence and columns below head_dim.
+// Grid: (query blocks, heads, batch), one thread per consumer thread of the main kernel.
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kConsumerThreads)
+    dq_from_fragments_kernel(const BackwardParams p) {
+  using Traits = typename Kernel::Traits;
+  using Element = typename Traits::Element;
+  using TileDq = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+  using Pair = cutlass::AlignedArray<Element, 2, 4>;
+  int const m_block = blockIdx.x, head = blockIdx.y, thread = threadIdx.x;
+  SequenceInfo<> const seq(p.sequences(), int(blockIdx.z));
+  int const row0 = m_block * Traits::kBlockM;
+  if (row0 >= seq.seqlen_q) return;
+  Tensor coords = typename Traits::TiledMmaDq{}.get_thread_slice(thread).partition_C(
+      make_identity_tensor(TileDq{}));
+  float4 const* const src =
+      reinterpret_cast<float4 const*>(Kernel::dq_block(p, seq, int(blockIdx.z), head, m_block));
+  Element* const dq = static_cast<Element*>(p.dq) +
+                      seq.q_offset(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, head) +
+                      int64_t(row0) * p.dq_row_stride;
+  int const rows = seq.seqlen_q - row0;
+  CUTE_UNROLL
+  for (int j = 0; j < size(coords) / 4; ++j) {
+    float4 const v = src[j * Traits::kConsumerThreads + thread];
+    float const values[4] = {v.x, v.y, v.z, v.w};
+    CUTE_UNROLL
+    for (int i = 0; i < 4; i += 2) {
+      int const row = int(get<0>(coords(4 * j + i))), col = int(get<1>(coords(4 * j + i)));
+      if (row < rows && col < p.head_dim) {
+        Pair pair;
+        pair[0] = Element(values[i] * p.softmax_scale);
+        pair[1] = Element(values[i + 1] * p.softmax_scale);
+        *reinterpret_cast<Pair*>(dq + int64_t(row) * p.dq_row_stride + col) = pair;
+      }
+    }
+  }
+}
 
 template <class Kernel>
 __global__ void __launch_bounds__(Kernel::kThreads, 1)
