@@ -248,7 +248,6 @@ struct BackwardKernel {
     Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
     Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffers)
     Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-    Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // (MMA, MMA_M, MMA_N, buffers)
     Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
 
     Tensor dk = partition_fragment_C(mma_dkv, TileKV{});
@@ -259,27 +258,41 @@ struct BackwardKernel {
         work.mask.template masked_query_blocks<kBlockM, kBlockN>(work.n_block);
     bool const two_sided = work.mask.right >= 0;
 
-    PipelineState state;
+    // dS^T leaves registers by stmatrix: 16 bytes of 8 consecutive queries of one key per row.
+    auto stage_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto thr_stage_ds = stage_ds.get_thread_slice(thread);
+    Tensor tdSsdS = thr_stage_ds.partition_D(sdSt);  // (CPY, CPY_M, CPY_N, buffers)
+    constexpr int kCols = decltype(size<1>(coords))::value;
+
+    // A step ends with dK's GEMM still running, under dQ's staging and the next step's first
+    // GEMMs; its Q/dO stage is released once the next step's wait shows dK done.
+    PipelineState state, previous;
+    int m_block = work.blocks.begin;
     for (int step = 0; step < work.steps; ++step) {
-      int const m_block = work.m_block(step);
       int const stage = state.index(), buffer = step & 1;
       pipe.consumer_wait(state);
+      float const* lse = smem.lse_log2[stage];
+      float row_lse[kCols];
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) row_lse[c] = lse[get<1>(coords(0, c))];
       Tensor s = partition_fragment_C(mma_sdp, TileS{});
       Tensor dp = partition_fragment_C(mma_sdp, TileS{});
       warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), s);
       warpgroup_gemm<true, -1>(mma_sdp, tPrV, tPrdO(_, _, _, stage), dp);
-      warpgroup_wait<1>();
+      warpgroup_wait<1>();  // S, and the last step's dK
       warpgroup_fence_operand(s);
+      warpgroup_fence_operand(dk);
+      if (step > 0) pipe.consumer_release(previous);
 
       // P^T = exp2(S^T scale - lse): column c is query row m_block * kBlockM + c. The mask acts
       // on the exponent, so a zero or negative scale needs no special case.
       Tensor s_rc = rowcol_view(s);
-      float const* lse = smem.lse_log2[stage];
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s_rc); ++c) {
-        float const row_lse = lse[get<1>(coords(0, c))];
+      for (int c = 0; c < kCols; ++c) {
         CUTE_UNROLL
-        for (int r = 0; r < size<0>(s_rc); ++r) s_rc(r, c) = s_rc(r, c) * p.scale_log2 - row_lse;
+        for (int r = 0; r < size<0>(s_rc); ++r) {
+          s_rc(r, c) = s_rc(r, c) * p.scale_log2 - row_lse[c];
+        }
       }
       if (masked.contains(m_block)) {
         mask_outside(s_rc, coords, key_begin, m_block * kBlockM, 0, two_sided,
@@ -297,29 +310,32 @@ struct BackwardKernel {
       Tensor dp_rc = rowcol_view(dp);
       float const* dots = smem.dout_dot_out[stage];
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(dp_rc); ++c) {
+      for (int c = 0; c < kCols; ++c) {
         float const dot = dots[get<1>(coords(0, c))];
         CUTE_UNROLL
         for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - dot);
       }
       Tensor dst = convert_fragment<Element>(dp);
-      copy(dst, tdSsdS(_, _, _, buffer));
-      Tensor dst_a = make_tensor(dst.data(), acc_as_a_operand(dst.layout()));
-      warpgroup_gemm<false, -1>(mma_dkv, dst_a, tdKrQ(_, _, _, stage), dk);
+      copy(stage_ds, thr_stage_ds.retile_S(dst), tdSsdS(_, _, _, buffer));
 
-      // dQ = dS K once every warpgroup's keys are in dS.
+      // dQ = dS K once every warpgroup's keys are in dS, then dK += dS^T Q.
       cutlass::arch::fence_view_async_shared();
       cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
       Tensor dq = partition_fragment_C(mma_dq, TileDq{});
       warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
-      warpgroup_wait<0>();
+      Tensor dst_a = make_tensor(dst.data(), acc_as_a_operand(dst.layout()));
+      warpgroup_gemm<false, -1>(mma_dkv, dst_a, tdKrQ(_, _, _, stage), dk);
+      warpgroup_wait<1>();  // dV and dQ
       warpgroup_fence_operand(dq);
-      warpgroup_fence_operand(dk);
       warpgroup_fence_operand(dv);
-      pipe.consumer_release(state);
-      ++state;
       stage_dq(smem, dq, thread);
+      previous = state;
+      ++state;
+      if (++m_block == work.blocks.end) m_block = work.blocks.begin;  // the next query head
     }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(dk);
+    if (work.steps > 0) pipe.consumer_release(previous);
 
     // dK is the gradient of the scaled scores' keys: scale it.
     CUTE_UNROLL
