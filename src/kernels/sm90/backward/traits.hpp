@@ -94,6 +94,13 @@ struct BackwardTraits {
              Stride<Int<kThreadsPerRow>, _1>>{},
       Layout<Shape<_1, _8>>{}));
 
+  // dK and dV leave in 16-byte rows read from their staging in the K and V buffers.
+  using GmemTiledCopyOut = decltype(make_tiled_copy(
+      Copy_Atom<UniversalCopy<uint128_t>, Element>{},
+      Layout<Shape<Int<kConsumerThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
+             Stride<Int<kThreadsPerRow>, _1>>{},
+      Layout<Shape<_1, _8>>{}));
+
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesStats = kBlockM * sizeof(float);  // one row statistic
   // One stage: Q, dO, the LSE and rowsum(dO * O) of the block.

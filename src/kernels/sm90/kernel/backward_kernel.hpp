@@ -337,20 +337,51 @@ struct BackwardKernel {
     warpgroup_fence_operand(dk);
     if (work.steps > 0) pipe.consumer_release(previous);
 
-    // dK is the gradient of the scaled scores' keys: scale it.
+    // dK (scaled: it is the gradient of the scaled scores' keys) and dV leave through the K and
+    // V buffers, free once every warpgroup's last GEMM is done: stmatrix in, 16-byte rows out.
     CUTE_UNROLL
     for (int i = 0; i < size(dk); ++i) dk(i) *= p.softmax_scale;
-    Tensor kv_coords = thr_dkv.partition_C(make_identity_tensor(TileKV{}));
-    store_gradient(
-        dk, kv_coords, p.dk,
-        work.seq.k_offset(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, work.head_kv) +
-            int64_t(key_begin) * p.dk_row_stride,
-        p.dk_row_stride, key_rows, p.head_dim);
-    store_gradient(
-        dv, kv_coords, p.dv,
-        work.seq.k_offset(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, work.head_kv) +
-            int64_t(key_begin) * p.dv_row_stride,
-        p.dv_row_stride, key_rows, p.head_dim);
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+    // A thread index the compiler cannot see is the prologue's: otherwise it keeps the K/V
+    // loads' addresses for these stores across the main loop, and spills them.
+    int thread_here;
+    asm volatile("mov.b32 %0, %1;" : "=r"(thread_here) : "r"(thread));
+    auto stage_kv = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_dkv);
+    auto thr_stage_kv = stage_kv.get_thread_slice(thread_here);
+    {
+      Tensor out = convert_fragment<Element>(dk);
+      copy(stage_kv, thr_stage_kv.retile_S(out), thr_stage_kv.partition_D(sK));
+    }
+    {
+      Tensor out = convert_fragment<Element>(dv);
+      copy(stage_kv, thr_stage_kv.retile_S(out), thr_stage_kv.partition_D(sV));
+    }
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+    typename Traits::GmemTiledCopyOut gmem_out;
+    auto thr_out = gmem_out.get_thread_slice(thread_here);
+    Tensor coords_out = thr_out.partition_S(make_identity_tensor(TileKV{}));
+    Tensor col_ok = make_tensor<bool>(make_shape(size<2>(coords_out)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(col_ok); ++k) {
+      col_ok(k) = int(get<1>(coords_out(0, 0, k))) < p.head_dim;
+    }
+    auto gradient_block = [&](void* ptr, int64_t batch_stride, int64_t row_stride,
+                              int64_t head_stride) {
+      auto base =
+          make_gmem_ptr(static_cast<Element*>(ptr) +
+                        work.seq.k_offset(batch_stride, row_stride, head_stride, work.head_kv));
+      return local_tile(make_tensor(base, make_shape(work.seq.seqlen_k, Int<kHeadDim>{}),
+                                    make_stride(row_stride, _1{})),
+                        TileKV{}, make_coord(work.n_block, 0));
+    };
+    sm80::copy_tile_out(gmem_out, thr_out.partition_S(sK),
+                        thr_out.partition_D(gradient_block(p.dk, p.dk_batch_stride, p.dk_row_stride,
+                                                           p.dk_head_stride)),
+                        coords_out, col_ok, key_rows);
+    sm80::copy_tile_out(gmem_out, thr_out.partition_S(sV),
+                        thr_out.partition_D(gradient_block(p.dv, p.dv_batch_stride, p.dv_row_stride,
+                                                           p.dv_head_stride)),
+                        coords_out, col_ok, key_rows);
   }
 
   static constexpr int kDqBarrierThreads = kConsumerThreads + 32;  // and the writer warp
@@ -396,63 +427,59 @@ struct BackwardKernel {
       }
     }
   }
-
-  // A gradient tile in the input type, rows below valid_rows and columns below valid_cols only;
-  // each column pair is one 4-byte store.
-  template <class Acc, class Coords>
-  CUTE_DEVICE static void store_gradient(Acc const& acc, Coords const& coords, void* base,
-                                         int64_t offset, int64_t row_stride, int valid_rows,
-                                         int valid_cols) {
-    using Pair = cutlass::AlignedArray<Element, 2, 4>;
-    Element* const dst = static_cast<Element*>(base) + offset;
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {
-      int const row = int(get<0>(coords(i))), col = int(get<1>(coords(i)));
-      if (row < valid_rows && col < valid_cols) {
-        Pair pair;
-        pair[0] = Element(acc(i));
-        pair[1] = Element(acc(i + 1));
-        *reinterpret_cast<Pair*>(dst + row * row_stride + col) = pair;
-      }
-    }
-  }
 };
 
-// dQ from its accumulator blocks (BackwardKernel::dq_block, register order): scaled by
-// softmax_scale and stored in the input type, rows of the sequence and columns below head_dim.
-// Grid: (query blocks, heads, batch), one thread per consumer thread of the main kernel.
+// dQ from its accumulator blocks (BackwardKernel::dq_block, register order): each block goes
+// through shared memory into row order, scaled by softmax_scale, and leaves in 16-byte vectors of
+// the input type (rows of the sequence, columns below head_dim). Grid: (query blocks, heads,
+// batch), one thread per consumer thread of the main kernel.
 template <class Kernel>
 __global__ void __launch_bounds__(Kernel::kConsumerThreads)
     dq_from_fragments_kernel(const BackwardParams p) {
   using Traits = typename Kernel::Traits;
   using Element = typename Traits::Element;
-  using TileDq = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
-  using Pair = cutlass::AlignedArray<Element, 2, 4>;
+  constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
+  constexpr int kThreads = Traits::kConsumerThreads;
+  using TileDq = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  // Rows padded by 4 floats: the pairs a warp writes land in distinct banks.
+  __shared__ alignas(16) float tile[kBlockM][kHeadDim + 4];
   int const m_block = blockIdx.x, head = blockIdx.y, thread = threadIdx.x;
   SequenceInfo<> const seq(p.sequences(), int(blockIdx.z));
-  int const row0 = m_block * Traits::kBlockM;
+  int const row0 = m_block * kBlockM;
   if (row0 >= seq.seqlen_q) return;
   Tensor coords = typename Traits::TiledMmaDq{}.get_thread_slice(thread).partition_C(
       make_identity_tensor(TileDq{}));
   float4 const* const src =
       reinterpret_cast<float4 const*>(Kernel::dq_block(p, seq, int(blockIdx.z), head, m_block));
-  Element* const dq = static_cast<Element*>(p.dq) +
-                      seq.q_offset(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, head) +
-                      int64_t(row0) * p.dq_row_stride;
-  int const rows = seq.seqlen_q - row0;
   CUTE_UNROLL
   for (int j = 0; j < size(coords) / 4; ++j) {
-    float4 const v = src[j * Traits::kConsumerThreads + thread];
+    float4 const v = src[j * kThreads + thread];
     float const values[4] = {v.x, v.y, v.z, v.w};
     CUTE_UNROLL
     for (int i = 0; i < 4; i += 2) {
       int const row = int(get<0>(coords(4 * j + i))), col = int(get<1>(coords(4 * j + i)));
-      if (row < rows && col < p.head_dim) {
-        Pair pair;
-        pair[0] = Element(values[i] * p.softmax_scale);
-        pair[1] = Element(values[i + 1] * p.softmax_scale);
-        *reinterpret_cast<Pair*>(dq + int64_t(row) * p.dq_row_stride + col) = pair;
-      }
+      *reinterpret_cast<float2*>(&tile[row][col]) =
+          make_float2(values[i] * p.softmax_scale, values[i + 1] * p.softmax_scale);
+    }
+  }
+  __syncthreads();
+  using Vector = cutlass::AlignedArray<Element, 8, 16>;
+  cutlass::NumericArrayConverter<Element, float, 8> convert;
+  Element* const dq = static_cast<Element*>(p.dq) +
+                      seq.q_offset(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, head) +
+                      int64_t(row0) * p.dq_row_stride;
+  int const rows = seq.seqlen_q - row0;
+  constexpr int kVectorsPerRow = kHeadDim / 8;
+  CUTE_UNROLL
+  for (int v = thread; v < kBlockM * kVectorsPerRow; v += kThreads) {
+    int const row = v / kVectorsPerRow, col = v % kVectorsPerRow * 8;
+    if (row < rows && col < p.head_dim) {
+      cutlass::Array<float, 8> values;
+      CUTE_UNROLL
+      for (int i = 0; i < 8; ++i) values[i] = tile[row][col + i];
+      Vector out;
+      static_cast<cutlass::Array<Element, 8>&>(out) = convert(values);
+      *reinterpret_cast<Vector*>(dq + int64_t(row) * p.dq_row_stride + col) = out;
     }
   }
 }
