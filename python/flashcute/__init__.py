@@ -135,9 +135,11 @@ def backward(dout, q, k, v, out, softmax_lse, *, cu_seqlens_q=None, cu_seqlens_k
     The gradients are new contiguous arrays shaped and typed like q, k and v (dk and dv of a KV
     head summed over its query heads); rows that see no key get zero. softcap and ALiBi slopes
     get no gradient. deterministic=True: bitwise-identical gradients run to run (dq without
-    atomics, at about 1.4x the matrix work). The backward runs on the SM80 family; family="sm90"
-    raises UnsupportedError. For torch tensors this is the custom op torch.ops.flashcute.bwd,
-    which autograd calls; it has no gradient of its own.
+    atomics, at about 1.4x the matrix work). family="auto" runs the SM90 family on an H100/H200
+    where it takes the call (head_dim <= 128, no softcap, ALiBi or deterministic), else the SM80
+    family; a forced family that does not take the call raises UnsupportedError. For torch
+    tensors this is the custom op torch.ops.flashcute.bwd, which autograd calls; it has no
+    gradient of its own.
     """
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")

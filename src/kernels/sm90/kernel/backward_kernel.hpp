@@ -60,6 +60,7 @@ struct BackwardKernel {
     typename Pipeline::SharedStorage pipe;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an SM90 CTA may have");
 
   struct Params {
     typename Traits::TmaQ tma_q;

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Where a backward call's GPU time goes: each kernel's median duration (torch.profiler) for our
+backward beside cuDNN's and FlashAttention-2's (SDPA), per row, for tuning the backward.
+
+Usage: python3 bench/bwd_kernels.py [--rows B:S:H:D[:HK][:causal],...] [--family auto|sm80|sm90]
+(bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks)
+"""
+
+import argparse
+import collections
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+try:
+    import flashcute
+except ImportError:
+    sys.path.insert(0, "python")
+    import flashcute
+
+DEFAULT_ROWS = "8:2048:16:128,8:2048:16:128::causal,2:8192:16:128,2:8192:16:128::causal"
+
+
+def parse_row(text):
+    parts = text.split(":") + [""] * 6
+    b, s, h, d = (int(x) for x in parts[:4])
+    hk = int(parts[4]) if parts[4] else h
+    return b, s, h, d, hk, parts[5] == "causal"
+
+
+def kernel_times(fn, calls=10):
+    """Median GPU microseconds per kernel name over `calls` calls of fn, and per call in all."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per_kernel = collections.defaultdict(list)
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            name = e.name.split("<")[0].split("(")[0].split("::")[-1][:48]
+            per_kernel[name].append(e.time_range.elapsed_us())
+    times = {k: sum(v) / calls for k, v in per_kernel.items()}
+    return times, sum(times.values())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=DEFAULT_ROWS)
+    parser.add_argument("--family", default="auto")
+    args = parser.parse_args()
+    for text in args.rows.split(","):
+        b, s, h, d, hk, causal = parse_row(text)
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(0)
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        k = torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        v = torch.randn_like(k)
+        dout = torch.randn_like(q)
+        flops = 2.5 * 4 * b * h * s * s * d / (2 if causal else 1)
+        out, lse = flashcute.forward(q, k, v, causal=causal, return_lse=True, family=args.family)
+        impls = {"ours": lambda: flashcute.backward(dout, q, k, v, out, lse, causal=causal,
+                                                    family=args.family)}
+        leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("flash", SDPBackend.FLASH_ATTENTION)):
+            with sdpa_kernel(backend):
+                o = F.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                   enable_gqa=h != hk)
+            g = dout.transpose(1, 2).contiguous()
+            impls[name] = (lambda o, g: lambda: torch.autograd.grad(o, leaves, g,
+                                                                    retain_graph=True))(o, g)
+        print(f"b{b} s{s} h{h}/{hk} d{d}{' causal' if causal else ''}")
+        for name, fn in impls.items():
+            times, total = kernel_times(fn)
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(times.items(),
+                                                                 key=lambda kv: -kv[1]))
+            print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s): {parts}")
+
+
+if __name__ == "__main__":
+    main()
