@@ -4,9 +4,10 @@
 // blocks' row statistics (LSE, rowsum(dO * O)) through a TMA pipeline. Each consumer warpgroup
 // owns 64 keys; per step (query head, query block):
 //   S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands), P^T = exp2(S^T scale - lse),
-//   dV += P^T dO (P^T from registers) while dP^T finishes, dS^T = P^T (dP^T - rowsum(dO * O)),
-//   dK += dS^T Q, dS^T to shared memory, and once every warpgroup has written its keys' part,
-//   dQ = dS K for this warpgroup's slice of the head dim, staged in shared memory.
+//   dV += P^T dO (P^T from registers) while dP^T finishes, dS^T = P^T (dP^T - rowsum(dO * O))
+//   to shared memory, and once every warpgroup has written its keys' part, dQ = dS K for this
+//   warpgroup's slice of the head dim, then dK += dS^T Q (dS^T from registers), which runs on
+//   while dQ is staged in shared memory and the next step's first GEMMs are issued.
 // A second producer warp adds each staged dQ block to the fp32 accumulator in global memory with
 // one bulk reduction (cp.reduce.async.bulk): the block is kept in the MMA's register order, so the
 // consumers' stores are conflict-free 16-byte vectors and the block is one contiguous range;
@@ -24,6 +25,7 @@
 #include "kernels/sm90/backward/traits.hpp"
 #include "kernels/sm90/fragment.hpp"
 #include "kernels/sm90/named_barriers.hpp"
+#include "kernels/sm90/register_budget.hpp"
 #include "kernels/sm90/softmax.hpp"
 
 namespace flashcute::sm90 {
@@ -41,12 +43,9 @@ struct BackwardKernel {
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
 
-  // setmaxnreg budgets, as in the forward kernel: the producer keeps 24 registers per thread.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kConsumerRegs =
-      cute::min(240, (kEntryRegs * kThreads - kProducerRegs * 128) / kConsumerThreads / 8 * 8);
-  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kEntryRegs * kThreads);
+  using Registers = RegisterBudget<kThreads, kConsumerThreads>;
+  static constexpr int kProducerRegs = Registers::kProducer;
+  static constexpr int kConsumerRegs = Registers::kConsumer;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> q;

@@ -10,6 +10,7 @@
 #include "kernels/common/params.hpp"
 #include "kernels/sm90/collective/epilogue_fwd.hpp"
 #include "kernels/sm90/collective/mainloop_fwd.hpp"
+#include "kernels/sm90/register_budget.hpp"
 #include "kernels/sm90/softmax.hpp"
 #include "kernels/sm90/tile_info.hpp"
 #include "kernels/sm90/tile_scheduler.hpp"
@@ -25,18 +26,9 @@ struct ForwardKernel {
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kCtasPerSm = Traits::kCtasPerSm;
 
-  // setmaxnreg budgets. A CTA starts with the registers its launch bounds allow every thread (a
-  // multiple of 8); the producer gives back all but 24 and the consumers share the rest (a
-  // multiple of 8 each, at most 240).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kEntryRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
-  static constexpr int kConsumerRegs =
-      cute::min(240, (kEntryRegs * kThreads - kProducerRegs * 128) /
-                         (128 * Traits::kConsumerWarpgroups) / 8 * 8);
-  // setmaxnreg.inc waits until the registers are free: asking for more than the CTA started with
-  // would hang the consumers.
-  static_assert(kProducerRegs * 128 + kConsumerRegs * Traits::kConsumerThreads <=
-                kEntryRegs * kThreads);
+  using Registers = RegisterBudget<kThreads, Traits::kConsumerThreads, kCtasPerSm>;
+  static constexpr int kProducerRegs = Registers::kProducer;
+  static constexpr int kConsumerRegs = Registers::kConsumer;
 
   // Shared memory per SM, of which the driver keeps kSmemReservedPerCta for every CTA.
   static constexpr int kSmemPerSm = 228 * 1024;
