@@ -28,22 +28,14 @@ Status select_backward(const BackwardArgs& a, const BackwardParams& params,
                        const DeviceLimits& device, const BackwardKernelEntry*& selected) {
   selected = nullptr;
   if (Status s = require_sm80(device); !s.ok()) return s;
-  if (a.family == FC_FAMILY_SM90 && device.compute_capability != 90) {
-    return {FC_ERROR_UNSUPPORTED, "family: sm90 kernels need a compute capability 9.0 device"};
-  }
   std::vector<fc_kernel_family> families;
-  if (a.family == FC_FAMILY_AUTO) {
-    if (device.compute_capability == 90) families.push_back(FC_FAMILY_SM90);
-    families.push_back(FC_FAMILY_SM80);
-  } else {
-    families.push_back(static_cast<fc_kernel_family>(a.family));
-  }
+  if (Status s = candidate_families(a.family, device, families); !s.ok()) return s;
   std::string why;
   const auto refuse = [&why](const std::string& reason) {
     why += (why.empty() ? "" : "; ") + reason;
   };
   for (fc_kernel_family family : families) {
-    const char* const name = family == FC_FAMILY_SM90 ? "sm90" : "sm80";
+    const char* const name = family_name(family);
     const BackwardKernelEntry* match = nullptr;
     for (const BackwardKernelEntry& e : backward_kernel_table()) {
       if (e.family == family && e.dtype == a.dtype && e.head_dim >= a.head_dim &&

@@ -14,8 +14,6 @@ std::string describe(const fc_tile_config& t) {
          ", num_threads " + std::to_string(t.num_threads) + ")";
 }
 
-const char* family_name(fc_kernel_family f) { return f == FC_FAMILY_SM90 ? "sm90" : "sm80"; }
-
 // Whether a does more work per CTA than b (m_block * n_block), then has more threads, then more
 // rows: a strict order on distinct tiles, so the choice never depends on the table's order.
 bool larger_tile(const fc_tile_config& a, const fc_tile_config& b) {
@@ -75,23 +73,31 @@ const KernelEntry* choose_automatic_entry(const std::vector<const KernelEntry*>&
   return best;
 }
 
+const char* family_name(fc_kernel_family f) { return f == FC_FAMILY_SM90 ? "sm90" : "sm80"; }
+
+Status candidate_families(int requested, const DeviceLimits& device,
+                          std::vector<fc_kernel_family>& families) {
+  families.clear();
+  if (requested == FC_FAMILY_SM90 && device.compute_capability != 90) {
+    return {FC_ERROR_UNSUPPORTED, "family: sm90 kernels need a compute capability 9.0 device"};
+  }
+  if (requested == FC_FAMILY_AUTO) {
+    if (device.compute_capability == 90) families.push_back(FC_FAMILY_SM90);
+    families.push_back(FC_FAMILY_SM80);
+  } else {
+    families.push_back(static_cast<fc_kernel_family>(requested));
+  }
+  return {};
+}
+
 Status select_kernel(const ForwardArgs& args, const AttentionParams& params,
                      const DeviceLimits& device, const KernelEntry*& selected) {
   selected = nullptr;
   if (Status s = require_sm80(device); !s.ok()) return s;
   const auto dtype = static_cast<fc_dtype>(args.dtype);
-  const auto requested = static_cast<fc_kernel_family>(args.family);
-  if (requested == FC_FAMILY_SM90 && device.compute_capability != 90) {
-    return {FC_ERROR_UNSUPPORTED, "family: sm90 kernels need a compute capability 9.0 device"};
-  }
-  const bool auto_tile = args.tile.m_block == 0;
   std::vector<fc_kernel_family> families;
-  if (requested == FC_FAMILY_AUTO) {
-    if (device.compute_capability == 90) families.push_back(FC_FAMILY_SM90);
-    families.push_back(FC_FAMILY_SM80);
-  } else {
-    families.push_back(requested);
-  }
+  if (Status s = candidate_families(args.family, device, families); !s.ok()) return s;
+  const bool auto_tile = args.tile.m_block == 0;
 
   std::string why;
   const auto too_large = [&](const fc_tile_config& tile, size_t smem, const std::string& extra) {

@@ -21,6 +21,13 @@ struct DeviceLimits {
 // otherwise.
 Status require_sm80(const DeviceLimits& device);
 
+// The families a call tries, in order: AUTO takes sm90 first on a compute capability 9.0 device,
+// then SM80; a forced family is tried alone (sm90 refused elsewhere). Shared by the forward and
+// backward entries.
+Status candidate_families(int requested, const DeviceLimits& device,
+                          std::vector<fc_kernel_family>& families);
+const char* family_name(fc_kernel_family family);  // "sm80" or "sm90"
+
 // The entry an automatic tile choice runs among the compiled entries of one (family, dtype,
 // head_dim bucket): the automatic entry when its shared memory fits the device, else the fitting
 // entry with the most work per CTA (m_block * n_block), then the most threads, then the most
