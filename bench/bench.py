@@ -12,7 +12,8 @@ in a moment the others do not share.
 bench/README.md describes the JSON. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
 "torch_cudnn", "torch_efficient" (SDPA with that backend forced). One that cannot run a row is left
-out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, bwd (the backward:
+out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, softcap and alibi
+(ours with the score modifier, beside "ours_plain": the same call without it), bwd (the backward:
 ours and SDPA's flash and cuDNN backends through autograd) and decode (one query against a KV
 cache: flash_attn_with_kvcache, contiguous and paged, against SDPA; GB/s of cache read); bwd and
 decode are measured only when asked for (--kinds).
@@ -68,6 +69,9 @@ BWD_FLOPS_FACTOR = 2.5
 DECODE_SHAPES = ((1, 32768), (1, 131072), (32, 4096), (32, 32768), (128, 8192))
 DECODE_HEADS_K = (8, 32)
 DECODE_PAGE_SIZE = 64
+# Score-modifier rows: softcap (Gemma-2's value) or ALiBi with the standard geometric slopes.
+MODIFIER_KINDS = ("softcap", "alibi")
+SOFTCAP = 30.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,6 +113,9 @@ def feature_rows():
         rows.append(row(1, 16384, 16, 128, causal, kind="window", window=[left, right]))
     for causal in (False, True):
         rows.append(row(4, 8192, 16, 128, causal, kind="lse"))
+    for kind in MODIFIER_KINDS:
+        for causal in (False, True):
+            rows.append(row(2, 8192, 16, 128, causal, kind=kind))
     return rows
 
 
@@ -135,7 +142,8 @@ def kind_of(r):
 
 # Every kind bench.py measures, and those a run measures unless --kinds names others: the backward
 # (40 rows, some 3 to 5 minutes on an H200) and decode only when asked for.
-KINDS = ("plain", "gqa", "varlen", "varlen_short", "window", "lse", "bwd", "decode")
+KINDS = ("plain", "gqa", "varlen", "varlen_short", "window", "lse", "softcap", "alibi", "bwd",
+         "decode")
 DEFAULT_KINDS = tuple(k for k in KINDS if k not in ("bwd", "decode"))
 
 
@@ -293,6 +301,70 @@ def peer_callable(r, q, k, v):
                                 device="cuda")
         kwargs = dict(attn_mask=keep)
     return lambda: F.scaled_dot_product_attention(qt, kt, vt, **kwargs).transpose(1, 2)
+
+
+def alibi_slopes(heads):
+    """ALiBi's slopes for `heads` heads: 2^(-8 (i + 1) / heads), fp32 on the GPU."""
+    return torch.tensor([2.0 ** (-8.0 * (i + 1) / heads) for i in range(heads)],
+                        dtype=torch.float32, device="cuda")
+
+
+def modifier_options(r):
+    if r["kind"] == "softcap":
+        return dict(softcap=SOFTCAP)
+    return dict(alibi_slopes=alibi_slopes(r["h"]))
+
+
+def modifier_reference(r, q, k, v, options):
+    """fp32 attention with the row's softcap or ALiBi (bottom-right aligned, as flashcute's
+    default), one (sequence, head) at a time: (b, sq, h, d)."""
+    sq, sk = r["sq"], r["sk"]
+    scale = r["d"] ** -0.5
+    distance = (torch.arange(sq, device="cuda")[:, None] + (sk - sq)
+                - torch.arange(sk, device="cuda")[None, :])
+    out = torch.empty(q.shape, dtype=torch.float32, device="cuda")
+    for b in range(r["b"]):
+        for h in range(r["h"]):
+            hk = h * r["hk"] // r["h"]
+            s = (q[b, :, h].float() @ k[b, :, hk].float().T) * scale
+            if "softcap" in options:
+                s = options["softcap"] * torch.tanh(s / options["softcap"])
+            if "alibi_slopes" in options:
+                s -= options["alibi_slopes"][h] * distance.abs()
+            if r["causal"]:
+                s.masked_fill_(distance < 0, float("-inf"))
+            out[b, :, h] = torch.softmax(s, dim=-1) @ v[b, :, hk].float()
+    return out
+
+
+def run_modifier_row(r, args, log):
+    """Softcap or ALiBi: ours per family against an fp32 reference (no SDPA backend takes either
+    modifier), and ours_plain, the automatic choice without the modifier on the same inputs."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    q, k, v = make_inputs(r, gen)
+    options = modifier_options(r)
+    reference = modifier_reference(r, q, k, v, options)
+    work = flops(r)
+    timed = {}
+    for name, family in OUR_FAMILIES:
+        if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
+            continue
+        fn = (lambda fam: lambda: flashcute.forward(q, k, v, causal=r["causal"], family=fam,
+                                                     **options))(family)
+        try:
+            err = rel_l2(fn(), reference)
+        except (flashcute.FlashCuteError, ValueError) as error:
+            log(f"  {name}: left out ({error})")
+            continue
+        if not err <= CHECK_REL_L2:
+            log(f"  {name}: WRONG (relative L2 {err:.3g} against fp32): not timed")
+            continue
+        timed[name] = (fn, contextlib.nullcontext, work)
+    del reference
+    timed["ours_plain"] = (lambda: flashcute.forward(q, k, v, causal=r["causal"]),
+                           contextlib.nullcontext, work)
+    return time_row(r, timed, args, log)
 
 
 def run_row(r, args, log):
@@ -565,6 +637,8 @@ def summary(rows):
             note = f"  vs padded per FLOP {t['ours'] / t['ours_padded']:.2f}"
         elif r.get("kind") == "bwd" and t.get("ours_sm80") and t.get("torch_flash"):
             note = f"  sm80/flash {t['ours_sm80'] / t['torch_flash']:.2f}"
+        elif r.get("kind") in MODIFIER_KINDS and t.get("ours") and t.get("ours_plain"):
+            note = f"  vs plain {t['ours'] / t['ours_plain']:.2f}"
         elif r.get("kind") == "window" and t.get("ours"):
             note = f"  ours {flops(r) / (t['ours'] * 1e12) * 1e3:.3f} ms"
         lines.append(f"{label(r):<50}{cells}{ratio}{note}")
@@ -632,7 +706,8 @@ def main():
         # The forward rows run without autograd; the backward rows need it.
         backward = kind_of(r) == "bwd"
         with torch.inference_mode(not backward), torch.set_grad_enabled(backward):
-            measure = {"bwd": run_bwd_row, "decode": run_decode_row}.get(kind_of(r), run_row)
+            measure = {"bwd": run_bwd_row, "decode": run_decode_row, "softcap": run_modifier_row,
+                       "alibi": run_modifier_row}.get(kind_of(r), run_row)
             entry = measure(r, args, lambda line: print(line, flush=True))
         figures = entry.get("tflops", entry.get("gbps", {}))
         print("  " + ", ".join(f"{n} {v}" for n, v in figures.items()), flush=True)

@@ -22,6 +22,8 @@ import sys
 
 TRAITS = re.compile(
     r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?")
+# ForwardKernel<Traits, true>: the kernel of calls with softcap or ALiBi.
+MODIFIERS = re.compile(r"EELb1EEEEEvNT_")
 
 
 def functions(sass):
@@ -73,6 +75,8 @@ def main():
             m = TRAITS.search(name)
             label = (f"{m.group(1)} d{m.group(2)} {m.group(3)}x{m.group(4)} stages {m.group(5)} "
                      f"ping-pong {m.group(6)} ctas/SM {m.group(7) or 1}") if m else name[:60]
+            if MODIFIERS.search(name):
+                label += " softcap/ALiBi"
             hgmma = sum("HGMMA" in i for i in instructions)
             local = sum(i.split()[0].startswith(("LDL", "STL")) for i in instructions if i.split())
             overlaps = softmax_overlaps(instructions)

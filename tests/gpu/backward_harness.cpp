@@ -316,14 +316,6 @@ BackwardOutcome run_backward(const BackwardInputs& bin, const BackwardRun& run,
   return r;
 }
 
-bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major * 10 + minor == 90;
-}
-
 void check_backward(const BackwardInputs& bin, const BackwardRun& run, bool allow_unsupported) {
   const Case& c = bin.in->c;
   SCOPED_TRACE(c.describe() + " | " + run.describe());

@@ -59,9 +59,6 @@ BackwardOutcome run_backward(const BackwardInputs& bin, const BackwardRun& run,
 // Every element of the three allocations, guards included, is still poison.
 ::testing::AssertionResult gradients_untouched(const BackwardOutcome& out);
 
-// Whether the current device has compute capability 9.0 (where the sm90 family runs).
-bool device_is_sm90();
-
 // One backward run checked against the reference. A forced family may answer
 // FC_ERROR_UNSUPPORTED when allow_unsupported; the automatic choice only when nothing is
 // compiled for the case's dtype and head_dim.

@@ -78,6 +78,14 @@ int device_count() {
   return count;
 }
 
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major * 10 + minor == 90;
+}
+
 bool small_mode() {
   const char* v = std::getenv("FLASHCUTE_TEST_SMALL");
   return v != nullptr && std::strcmp(v, "0") != 0 && *v != '\0';

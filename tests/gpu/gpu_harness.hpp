@@ -17,6 +17,8 @@ namespace flashcute {
 namespace testing {
 
 int device_count();  // 0 when there is no GPU or no driver
+// Whether the current device has compute capability 9.0 (where the sm90 family runs).
+bool device_is_sm90();
 
 #define FC_REQUIRE_GPU()                         \
   if (::flashcute::testing::device_count() == 0) \

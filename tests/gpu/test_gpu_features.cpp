@@ -3,6 +3,10 @@
 // refuse a feature with FC_ERROR_UNSUPPORTED (printed as a note); the automatic choice never may.
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <memory>
+#include <vector>
+
 #include "gpu_harness.hpp"
 
 namespace flashcute {
@@ -118,6 +122,46 @@ TEST(Features, AlibiPerHeadAndPerBatchHead) {
       c.problem.alibi_batch_stride = per_batch ? 4 : 0;
       check_case(c, kAllowUnsupported);
     }
+}
+
+// On a Hopper GPU the sm90 family itself takes softcap and ALiBi (its default tiles have a kernel
+// for them), at every head dim, alone and together, with GQA, varlen, both alignments and a
+// negative scale: the cases above would also pass with these calls on the SM80 family.
+TEST(Features, Sm90TakesSoftcapAndAlibi) {
+  FC_REQUIRE_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family needs a compute capability 9.0 device";
+  const int head_dims[] = {64, 96, 128, 192, 256, 40};
+  for (size_t i = 0; i < std::size(head_dims); ++i) {
+    const int d = head_dims[i];
+    Case c;
+    c.dtype = i % 2 ? FC_FLOAT16 : FC_BFLOAT16;
+    c.problem = dense_problem(2, 200 + 37 * int(i), 333, 4, i % 3 ? 2 : 4, d);
+    c.problem.causal = i % 2 == 0;
+    c.problem.bottom_right = i % 3 != 1;
+    std::vector<Case> cases;
+    Case softcap = c;
+    softcap.problem.softcap = 30.0f;
+    softcap.data = Data::kScaledUp;
+    cases.push_back(softcap);
+    Case alibi = c;
+    alibi.problem.alibi_slopes = random_slopes(2 * 4);
+    alibi.problem.alibi_batch_stride = 4;
+    cases.push_back(alibi);
+    Case both = c;  // packed sequences, a window, both modifiers and a negative scale
+    set_varlen(both.problem, {100, 0, 513, 64}, {300, 10, 256, 0});
+    both.problem.window_left = 50;
+    both.problem.alibi_slopes = random_slopes(4);
+    both.problem.alibi_batch_stride = 0;
+    both.problem.softcap = 10.0f;
+    both.problem.softmax_scale = -0.2f;
+    cases.push_back(both);
+    for (const Case& k : cases) {
+      SCOPED_TRACE(k.describe());
+      const std::unique_ptr<Inputs> in = make_inputs(k);
+      const Outcome out = run_kernel(*in, KernelChoice{FC_FAMILY_SM90, {0, 0, 0}});
+      EXPECT_TRUE(matches(*in, reference_for(*in), out));
+    }
+  }
 }
 
 TEST(Features, Combinations) {

@@ -44,13 +44,20 @@ struct ScoreTransform {
   bool fold_scale;         // plain path: the softmax applies scale_log2 itself
   float masked_value;      // what a hidden score becomes
 
-  CUTE_DEVICE ScoreTransform(const AttentionParams& p, int batch, int head) {
-    scale_log2 = p.scale_log2;
+  CUTE_DEVICE ScoreTransform(const AttentionParams& p, int batch, int head)
+      : ScoreTransform(p.scale_log2, p.softmax_scale, p.softcap,
+                       kModifiers && p.alibi_slopes
+                           ? p.alibi_slopes[batch * p.alibi_batch_stride + head]
+                           : 0.f) {}
+
+  // alibi_slope: this (sequence, head)'s slope, 0 without ALiBi.
+  CUTE_DEVICE ScoreTransform(float scale_log2_, float softmax_scale, float softcap,
+                             float alibi_slope) {
+    scale_log2 = scale_log2_;
     if constexpr (kModifiers) {
-      softcap_outer = p.softcap > 0.f ? p.softcap * kLog2e : 0.f;
-      softcap_inner = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
-      alibi_slope_log2 =
-          p.alibi_slopes ? p.alibi_slopes[batch * p.alibi_batch_stride + head] * kLog2e : 0.f;
+      softcap_outer = softcap > 0.f ? softcap * kLog2e : 0.f;
+      softcap_inner = softcap > 0.f ? softmax_scale / softcap : 0.f;
+      alibi_slope_log2 = alibi_slope * kLog2e;
       fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
     } else {
       // Constants, so that the compiler removes every modifier pass.
@@ -96,18 +103,24 @@ struct ScoreTransform {
     }
   }
 
+  // Distances are taken as floats from the thread's first column: each score then costs an add
+  // of a compile-time offset and an FFMA, where converting each integer distance would queue on
+  // the pipe that also runs the softmax's exp2. Integers below 2^24 are exact in either form.
   template <class Scores, class Coords>
   CUTE_DEVICE void add_alibi(Scores& scores, Coords const& coords, int row0, int col0,
                              const AttentionMask& mask) const {
     using namespace cute;
     if (alibi_slope_log2 != 0.f) {
+      // Coordinates derive from the unsigned thread index: make them signed before adding.
+      int const first_col = int(get<1>(coords(0, 0)));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(scores); ++r) {
-        // Coordinates derive from the unsigned thread index: make them signed before adding.
-        const int row = row0 + int(get<0>(coords(r, 0)));
+        float const distance0 =
+            float(row0 + int(get<0>(coords(r, 0))) + mask.diag - col0 - first_col);
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
-          scores(r, c) += alibi_bias(row, col0 + int(get<1>(coords(0, c))), mask);
+          float const offset = float(int(get<1>(coords(0, c))) - first_col);
+          scores(r, c) -= alibi_slope_log2 * fabsf(distance0 - offset);
         }
       }
     }

@@ -16,14 +16,15 @@ namespace flashcute::sm90 {
 
 inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-// TMA needs 16-byte aligned bases and strides; softcap and ALiBi run on the SM80 family.
-template <class Traits>
+// TMA needs 16-byte aligned bases and strides. Softcap and ALiBi need the tile's modifier kernel
+// (kModifiers: compiled beside the plain one).
+template <class Traits, bool kModifiers>
 bool supports(const AttentionParams& p) {
   bool const packed = p.cu_seqlens_q != nullptr;
   if (packed != (p.cu_seqlens_k != nullptr)) return false;
   // Packed: Q's TMA descriptor spans total_q tokens, which a caller without LSE may leave 0.
   if (packed && (p.total_q <= 0 || p.total_q > INT_MAX)) return false;
-  if (has_softcap_or_alibi(p)) return false;
+  if (!kModifiers && has_softcap_or_alibi(p)) return false;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return false;
   if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k < 0) return false;
   if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) return false;
@@ -42,9 +43,8 @@ bool supports(const AttentionParams& p) {
   return true;
 }
 
-template <class Traits>
-cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
-  using Kernel = ForwardKernel<Traits>;
+template <class Kernel>
+cudaError_t launch_kernel(const AttentionParams& a, cudaStream_t stream) {
   typename Kernel::Params const params = Kernel::to_params(a);
 
   auto kernel = forward_kernel<Kernel>;
@@ -71,7 +71,17 @@ cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class Traits>
+// Calls with softcap or ALiBi run the modifier kernel; the plain kernel carries none of its work.
+template <class Traits, bool kModifiers>
+cudaError_t launch(const AttentionParams& a, cudaStream_t stream) {
+  if constexpr (kModifiers) {
+    if (has_softcap_or_alibi(a)) return launch_kernel<ForwardKernel<Traits, true>>(a, stream);
+  }
+  return launch_kernel<ForwardKernel<Traits>>(a, stream);
+}
+
+// kModifiers: whether the entry takes softcap and ALiBi (with a second kernel).
+template <class Traits, bool kModifiers = false>
 KernelEntry make_entry(fc_dtype dtype) {
   KernelEntry entry{};
   entry.family = FC_FAMILY_SM90;
@@ -79,8 +89,8 @@ KernelEntry make_entry(fc_dtype dtype) {
   entry.head_dim = Traits::kHeadDim;
   entry.tile = fc_tile_config{Traits::kBlockM, Traits::kBlockN, Traits::kThreads};
   entry.smem_bytes = size_t(ForwardKernel<Traits>::kSmemBytes);
-  entry.launch = &launch<Traits>;
-  entry.supports = &supports<Traits>;
+  entry.launch = &launch<Traits, kModifiers>;
+  entry.supports = &supports<Traits, kModifiers>;
   return entry;
 }
 

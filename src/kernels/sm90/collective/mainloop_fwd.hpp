@@ -10,11 +10,14 @@
 // wgmma is still in the tensor cores: the exp2 work hides under the GEMM. Once the last QK^T has
 // read Q, the consumers tell the producer (when O has its own buffer) so that the next tile's Q
 // loads under this tile's tail.
+// Softcap and ALiBi (kModifiers) go through the shared score transform (kernels/common/
+// score_modifiers.hpp) before the mask: scores then reach the softmax as finished logits.
 #pragma once
 
 #include <climits>
 
 #include "kernels/common/params.hpp"
+#include "kernels/common/score_modifiers.hpp"
 #include "kernels/sm90/fragment.hpp"
 #include "kernels/sm90/softmax.hpp"
 #include "kernels/sm90/tile_info.hpp"
@@ -25,7 +28,8 @@ namespace flashcute::sm90 {
 
 // kConsumerRegs: each consumer thread's register budget. kReleaseQEarly: the consumers free Q's
 // buffer after their last QK^T (O has a buffer of its own); otherwise the epilogue frees it.
-template <class Traits, int kConsumerRegs, bool kReleaseQEarly>
+// kModifiers: the kernel of calls with softcap or ALiBi.
+template <class Traits, int kConsumerRegs, bool kReleaseQEarly, bool kModifiers>
 struct CollectiveMainloopFwd {
   using Element = typename Traits::Element;
   using Pipeline = typename Traits::Pipeline;
@@ -60,6 +64,9 @@ struct CollectiveMainloopFwd {
     float scale_log2;
     bool bottom_right;
     int window_left, window_right;
+    float softmax_scale, softcap;
+    const float* alibi_slopes;  // (sequence, head) at sequence * alibi_batch_stride + head
+    int64_t alibi_batch_stride;
   };
 
   struct Params {
@@ -74,6 +81,9 @@ struct CollectiveMainloopFwd {
     // bound is unbounded), with diag = seqlen_k - seqlen_q of the sequence when bottom_right.
     bool bottom_right;
     int window_left, window_right;
+    float softmax_scale, softcap;
+    const float* alibi_slopes;
+    int64_t alibi_batch_stride;
   };
 
   // Packed sequences are one batch of all tokens: Q spans total_q rows; for K/V only an upper
@@ -111,6 +121,10 @@ struct CollectiveMainloopFwd {
     args.bottom_right = a.bottom_right;
     args.window_left = a.window_left;
     args.window_right = a.window_right;
+    args.softmax_scale = a.softmax_scale;
+    args.softcap = a.softcap;
+    args.alibi_slopes = a.alibi_slopes;
+    args.alibi_batch_stride = a.alibi_batch_stride;
     return args;
   }
 
@@ -136,6 +150,10 @@ struct CollectiveMainloopFwd {
     p.bottom_right = a.bottom_right;
     p.window_left = a.window_left;
     p.window_right = a.window_right;
+    p.softmax_scale = a.softmax_scale;
+    p.softcap = a.softcap;
+    p.alibi_slopes = a.alibi_slopes;
+    p.alibi_batch_stride = a.alibi_batch_stride;
     return p;
   }
 
@@ -256,8 +274,28 @@ struct CollectiveMainloopFwd {
     bool const scale_first = !(p.scale_log2 > 0.f);
     // Scores of a block become probabilities in place; blocks with hidden pairs are masked with
     // -inf first. Returns whether O needs rescaling.
+    // kModifiers: softcap or ALiBi (the slope of this sequence and query head) first.
+    ScoreTransform<kModifiers> const transform(
+        p.scale_log2, p.softmax_scale, p.softcap,
+        kModifiers && p.alibi_slopes != nullptr
+            ? p.alibi_slopes[work.batch * p.alibi_batch_stride + work.head]
+            : 0.f);
+    AttentionMask const mask = TileInfo::make_mask(p, tile);
     auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
       bool const masked = n >= tile.n_block_mask || n < tile.n_block_left_mask;
+      if constexpr (kModifiers) {
+        // The scores leave the transform as logits (launched only with softcap or ALiBi, it
+        // never folds the scale), so the softmax multiplies by 1. As below, the unmasked steps
+        // have a copy of their own.
+        int const key0 = tile.key0<Traits>(p, n);
+        transform.cap_or_scale(s_rc);
+        transform.add_alibi(s_rc, coords, row0, key0, mask);
+        if (masked) {
+          mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
+          return softmax.update(s_rc, 1.f, correction);
+        }
+        return softmax.update(s_rc, 1.f, correction);
+      }
       if (scale_first || masked) {
         float scale = p.scale_log2;
         if (scale_first) {

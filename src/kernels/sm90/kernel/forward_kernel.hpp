@@ -19,7 +19,8 @@
 
 namespace flashcute::sm90 {
 
-template <class Traits_>
+// kModifiers: the kernel of calls with softcap or ALiBi (it runs only those).
+template <class Traits_, bool kModifiers = false>
 struct ForwardKernel {
   using Traits = Traits_;
   using Element = typename Traits::Element;
@@ -41,7 +42,7 @@ struct ForwardKernel {
   static constexpr bool kSeparateO =
       kCtasPerSm * (kBytesQKV + int(Traits::kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
 
-  using Mainloop = CollectiveMainloopFwd<Traits, kConsumerRegs, kSeparateO>;
+  using Mainloop = CollectiveMainloopFwd<Traits, kConsumerRegs, kSeparateO, kModifiers>;
   using Epilogue = CollectiveEpilogueFwd<Traits, kSeparateO>;
   using Scheduler = TileScheduler<Traits::kBlockM>;
   using Pipeline = typename Traits::Pipeline;
