@@ -22,7 +22,7 @@ every impl passes, 1 when one fails the criteria; a correctness failure raises b
 of that row.
 
 Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
-       [--rows quick|plain] [--rounds 3] [--warmup 10] [--iters 30]
+       [--rows quick|plain] [--impls ours,ours_sm80] [--rounds 3] [--warmup 10] [--iters 30]
 The commit defaults to $FLASHCUTE_COMMIT or `git rev-parse HEAD`, the old commit to
 $FLASHCUTE_OLD_COMMIT or "unknown". Passing the same file twice (an A/A run, to see the noise)
 works: the second copy is loaded from a temporary file so that the two handles stay separate.
@@ -230,7 +230,7 @@ def time_pair(r, calls, args):
 def run_row(r, libs, args, log):
     q, k, v = make_inputs(r)
     entries = []
-    for impl, family in IMPLS:
+    for impl, family in args.impls:
         outs = {name: torch.empty_like(q) for name in libs}
         fc_args = {name: lib.args(r, family, q, k, v, outs[name]) for name, lib in libs.items()}
         calls = {name: lib.caller(fc_args[name]) for name, lib in libs.items()}
@@ -276,7 +276,7 @@ def result_path(out, gpu):
     return pathlib.Path(out) / f"{slug}-ab.json"
 
 
-def report(rows):
+def report(rows, impls):
     """The table and the verdict lines; returns (text, every impl passed)."""
     lines = [f"{'row':<32}{'impl':<11}{'old':>9}{'new':>9}{'new/old':>9}  bitwise"]
     for e in rows:
@@ -284,7 +284,7 @@ def report(rows):
                      f"{e['new'] / e['old']:>9.3f}  {'yes' if e['bitwise_equal'] else 'no'}")
     passed = True
     lines.append("")
-    for impl, _ in IMPLS:
+    for impl, _ in impls:
         ratios = [e["new"] / e["old"] for e in rows if e["impl"] == impl]
         if not ratios:
             lines.append(f"{impl}: no rows")
@@ -309,6 +309,8 @@ def main():
     parser.add_argument("--old-commit", default=os.environ.get("FLASHCUTE_OLD_COMMIT", "unknown"))
     parser.add_argument("--commit", default=os.environ.get("FLASHCUTE_COMMIT") or None)
     parser.add_argument("--rows", choices=("quick", "plain"), default="plain")
+    parser.add_argument("--impls", default=",".join(name for name, _ in IMPLS),
+                        help="comma-separated implementations to compare (ours, ours_sm80)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=30)
@@ -317,6 +319,11 @@ def main():
         parser.error("at least 5 warm-up calls and 20 timed calls")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    known = dict(IMPLS)
+    names = [n.strip() for n in args.impls.split(",") if n.strip()]
+    if not names or any(n not in known for n in names):
+        parser.error(f"--impls: choose among {', '.join(known)}")
+    args.impls = [(n, known[n]) for n in names]
     if not torch.cuda.is_available():
         sys.exit("ab.py needs a CUDA device")
     commit = args.commit or git_head()
@@ -327,7 +334,7 @@ def main():
     gpu = torch.cuda.get_device_name()
     rows = select_rows(args.rows)
     print(f"{gpu}, torch {torch.__version__}; old {old.path} ({args.old_commit}), "
-          f"new {new.path} ({commit}); {len(rows)} rows x {len(IMPLS)} impls, "
+          f"new {new.path} ({commit}); {len(rows)} rows x {len(args.impls)} impls, "
           f"{args.rounds} rounds", flush=True)
 
     results = []
@@ -352,7 +359,7 @@ def main():
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {path}\n")
-    text, passed = report(results)
+    text, passed = report(results, args.impls)
     print(text)
     return 0 if passed else 1
 

@@ -8,6 +8,7 @@
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
+#   accuracy bench/accuracy.py: each family's and SDPA's error against fp64 -> <gpu>-accuracy.json
 #   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host row)
 #   venv    the wheel (VENV_WHEEL, default .whl/) in a fresh virtual environment, one forward
 #           checked against SDPA
@@ -66,6 +67,12 @@ step_bench() {
   install_wheel || return
   timeout "${STEP_TIMEOUT_bench:-420}" python3 bench/bench.py --out "$OUT" ${BENCH_FLAGS:-} 2>&1 |
     tee "$OUT/bench.log" | tail -n 60
+}
+
+step_accuracy() {
+  install_wheel || return
+  timeout "${STEP_TIMEOUT_accuracy:-300}" python3 bench/accuracy.py --out "$OUT" 2>&1 |
+    tee "$OUT/accuracy.log" | tail -n 14
 }
 
 step_ab() {
