@@ -2,7 +2,9 @@
 // ALiBi bias, then the mask; and the slope backward needs through the softcap.
 // On the plain path (no softcap, no ALiBi) the scores stay raw and the softmax folds the scale into
 // its exp2 (one FFMA per score instead of a multiply and a subtract); masked scores then take the
-// infinity that the scale's sign turns into -inf, so a negative scale works like any other. Each
+// infinity that the scale's sign turns into -inf, so a negative scale works like any other. With a
+// softcap and no ALiBi the scores stay tanh values and the softmax folds the cap's outer factor
+// the same way (one multiply per score fewer beside the tanh, the softmax's busiest step). Each
 // modifier is an unrolled pass behind a block-uniform branch; a kernel compiled without modifiers
 // (kModifiers = false, launched only when has_score_modifiers is false) drops those passes, and
 // the state they keep, at compile time.
@@ -42,7 +44,8 @@ struct ScoreTransform {
   float softcap_outer;     // softcap * log2(e); 0 = no softcap
   float alibi_slope_log2;  // slope * log2(e); 0 = no ALiBi
   bool fold_scale;         // plain path: the softmax applies scale_log2 itself
-  float masked_value;      // what a hidden score becomes
+  bool fold_softcap;   // softcap alone: scores stay tanh values, the softmax applies softcap_outer
+  float masked_value;  // what a hidden score becomes
 
   CUTE_DEVICE ScoreTransform(const AttentionParams& p, int batch, int head)
       : ScoreTransform(p.scale_log2, p.softmax_scale, p.softcap,
@@ -59,16 +62,20 @@ struct ScoreTransform {
       softcap_inner = softcap > 0.f ? softmax_scale / softcap : 0.f;
       alibi_slope_log2 = alibi_slope * kLog2e;
       fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
+      fold_softcap = softcap_outer != 0.f && alibi_slope_log2 == 0.f;
     } else {
       // Constants, so that the compiler removes every modifier pass.
       softcap_outer = softcap_inner = alibi_slope_log2 = 0.f;
       fold_scale = true;
+      fold_softcap = false;
     }
     masked_value = fold_scale && scale_log2 < 0.f ? INFINITY : -INFINITY;
   }
 
   // The factor the softmax multiplies scores by before exp2.
-  CUTE_DEVICE float exp2_multiplier() const { return fold_scale ? scale_log2 : 1.f; }
+  CUTE_DEVICE float exp2_multiplier() const {
+    return fold_scale ? scale_log2 : fold_softcap ? softcap_outer : 1.f;
+  }
 
   CUTE_HOST_DEVICE bool has_softcap() const { return softcap_outer != 0.f; }
 
@@ -78,10 +85,10 @@ struct ScoreTransform {
   }
 
   // Backward: d(capped score)/d(scaled q.k) = 1 - tanh^2, from a visible score that apply()
-  // finished at absolute (row, col) (ALiBi's bias is taken off again to recover the capped value).
+  // finished at absolute (row, col): the tanh itself when folded, else the capped logit, from
+  // which ALiBi's bias is taken off again.
   CUTE_DEVICE float softcap_slope(float score, int row, int col, const AttentionMask& mask) const {
-    float const capped = alibi_slope_log2 != 0.f ? score - alibi_bias(row, col, mask) : score;
-    float const t = capped / softcap_outer;
+    float const t = fold_softcap ? score : (score - alibi_bias(row, col, mask)) / softcap_outer;
     return 1.f - t * t;
   }
 
@@ -92,6 +99,9 @@ struct ScoreTransform {
     using namespace cute;
     if (fold_scale) {
       // nothing to do before the mask
+    } else if (fold_softcap) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(scores); ++i) scores(i) = tanh_approx(scores(i) * softcap_inner);
     } else if (softcap_outer != 0.f) {
       CUTE_UNROLL
       for (int i = 0; i < size(scores); ++i) {

@@ -284,17 +284,15 @@ struct CollectiveMainloopFwd {
     auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
       bool const masked = n >= tile.n_block_mask || n < tile.n_block_left_mask;
       if constexpr (kModifiers) {
-        // The scores leave the transform as logits (launched only with softcap or ALiBi, it
-        // never folds the scale), so the softmax multiplies by 1. As below, the unmasked steps
-        // have a copy of their own.
+        // As below, the unmasked steps have a copy of their own.
         int const key0 = tile.key0<Traits>(p, n);
         transform.cap_or_scale(s_rc);
         transform.add_alibi(s_rc, coords, row0, key0, mask);
         if (masked) {
           mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
-          return softmax.update(s_rc, 1.f, correction);
+          return softmax.update(s_rc, transform.exp2_multiplier(), correction);
         }
-        return softmax.update(s_rc, 1.f, correction);
+        return softmax.update(s_rc, transform.exp2_multiplier(), correction);
       }
       if (scale_first || masked) {
         float scale = p.scale_log2;
