@@ -65,7 +65,9 @@ def plot(document, png_path):
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    commit = str(document.get("commit", ""))[:10]
+    # Rows merged from a later run carry their own commit; the file's is the first run's.
+    commits = sorted({str(r.get("commit", document.get("commit", "")))[:10] for r in rows})
+    commit = ", ".join(commits)
     fig.suptitle(f"Attention forward, bf16, {document.get('gpu', '')} "
                  f"(commit {commit}, torch {document.get('torch', '')})")
     fig.tight_layout()
