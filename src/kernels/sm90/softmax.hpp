@@ -3,10 +3,9 @@
 // softmax alone. A row's reference maximum moves only when a block's maximum passes it by more
 // than 1 (log2 domain), which skips most of O's rescales; a wider slack costs accuracy, because
 // the row's largest probability is then rarely exactly 1 (exact in the 16-bit P of the PV GEMM)
-// while, on random data, the few largest probabilities carry most of the output. Measured
-// (NOTES.md): output error 1.038 / 1.018 / 1.003 x the SM80 family's with a slack of 8 / 1 / 0,
-// speed 1 / 0.98 / 0.97. The scale is positive (any other is applied to the scores first,
-// scale_scores).
+// while, on random data, the few largest probabilities carry most of the output (the trade
+// between error and speed per slack is in bench/NOTES.md). The scale is positive (any other is
+// applied to the scores first, scale_scores).
 #pragma once
 
 #include <cute/tensor.hpp>
