@@ -6,7 +6,8 @@ that Nsight Compute can profile exactly those calls, ours and the peers side by 
       --section LaunchStats --section SpeedOfLight ... python3 bench/profile_row.py --b 32 ...
 
 Each implementation is warmed up first (outside any range), so handle creation and module loads
-stay out of the profiled call. The row is given as bench.py builds it (b, s, h, d, causal, dtype).
+stay out of the profiled call. The row is given as bench.py builds it (b, s, h, d, causal,
+dtype); --kind varlen or varlen_short takes bench.py's packed sequences instead of b and s.
 """
 
 import argparse
@@ -19,8 +20,9 @@ import bench
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--b", type=int, required=True)
-    parser.add_argument("--s", type=int, required=True)
+    parser.add_argument("--kind", default="plain", choices=("plain",) + bench.VARLEN_KINDS)
+    parser.add_argument("--b", type=int, help="batch (plain rows)")
+    parser.add_argument("--s", type=int, help="sequence length (plain rows)")
     parser.add_argument("--h", type=int, required=True)
     parser.add_argument("--d", type=int, required=True)
     parser.add_argument("--causal", action="store_true")
@@ -29,11 +31,21 @@ def main():
                         help="among ours, ours_sm80, ours_sm90 and bench.PEERS")
     args = parser.parse_args()
 
-    r = bench.row(args.b, args.s, args.h, args.d, args.causal, args.dtype)
+    if args.kind == "plain":
+        if args.b is None or args.s is None:
+            parser.error("--b and --s are required for a plain row")
+        r = bench.row(args.b, args.s, args.h, args.d, args.causal, args.dtype)
+    else:
+        lengths = bench.VARLEN_LENGTHS if args.kind == "varlen" else bench.VARLEN_SHORT_LENGTHS
+        r = bench.row(len(lengths), max(lengths), args.h, args.d, args.causal, args.dtype,
+                      kind=args.kind, seqlens=lengths)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     q, k, v = bench.make_inputs(r, gen)
-    ours = bench.our_callables(r, q, k, v)
+    if args.kind == "plain":
+        ours = bench.our_callables(r, q, k, v)
+    else:
+        ours = bench.varlen_callables(r, q, k, v)
     for name in args.impls:
         if name in bench.PEERS:
             fn = bench.peer_callable(r, q, k, v)

@@ -62,6 +62,18 @@ CUTE_DEVICE float join_chains(float const (&partial)[kChains], Op op) {
   }
 }
 
+// How the softmax reads a score x, as a logit map: logit(x) is its logit (log2 domain) and
+// shifted_logit(x, m) that logit less m. The map is monotonic, so that a row's largest logit is
+// the map of its extreme score (the largest when increasing(), else the smallest).
+struct ScaledScores {
+  float scale;
+  CUTE_DEVICE bool increasing() const { return scale > 0.f; }
+  CUTE_DEVICE float logit(float x) const { return x * scale; }
+  CUTE_DEVICE float shifted_logit(float x, float reference) const {
+    return fmaf(x, scale, -reference);
+  }
+};
+
 template <int kRows, class Policy>
 struct OnlineSoftmax {
   static constexpr int kChains = Policy::kChains;
@@ -84,6 +96,12 @@ struct OnlineSoftmax {
   // scale is the maximum of the logits: one multiply per row instead of one per score.
   template <class Tensor>
   CUTE_DEVICE bool update(Tensor& s, float scale, float (&correction)[kRows]) {
+    return update(s, ScaledScores{scale}, correction);
+  }
+
+  // The same for scores whose logits are map.logit(s) (LogitMap: see ScaledScores).
+  template <class Tensor, class LogitMap>
+  CUTE_DEVICE bool update(Tensor& s, LogitMap const& map, float (&correction)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s))::value == kRows, "row count mismatch");
     constexpr int kCols = decltype(size<1>(s))::value;
@@ -92,12 +110,12 @@ struct OnlineSoftmax {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float extreme;
-      if (!Policy::kAnySignScale || scale > 0.f) {
+      if (!Policy::kAnySignScale || map.increasing()) {
         extreme = quad_max(row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); }));
       } else {
         extreme = quad_min(row_reduce(s, r, [](float a, float b) { return fminf(a, b); }));
       }
-      float const block_max = extreme * scale;
+      float const block_max = map.logit(extreme);
       float m_ref;
       if constexpr (Policy::kMaxSlack == 0.f) {
         // The exact maximum; the correction is 1 exactly where it did not move.
@@ -120,7 +138,7 @@ struct OnlineSoftmax {
       for (int i = 0; i < kChains; ++i) partial[i] = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
-        float const p = fast_exp2(fmaf(s(r, c), scale, -m_ref));
+        float const p = fast_exp2(map.shifted_logit(s(r, c), m_ref));
         s(r, c) = p;
         partial[c % kChains] += p;
       }

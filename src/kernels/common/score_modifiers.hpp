@@ -4,7 +4,8 @@
 // its exp2 (one FFMA per score instead of a multiply and a subtract); masked scores then take the
 // infinity that the scale's sign turns into -inf, so a negative scale works like any other. With a
 // softcap and no ALiBi the scores stay tanh values and the softmax folds the cap's outer factor
-// the same way (one multiply per score fewer beside the tanh, the softmax's busiest step). Each
+// the same way (one multiply per score fewer beside the tanh, the softmax's busiest step); a
+// kernel may leave that tanh to the softmax on blocks without hidden scores (CappedScores). Each
 // modifier is an unrolled pass behind a block-uniform branch; a kernel compiled without modifiers
 // (kModifiers = false, launched only when has_score_modifiers is false) drops those passes, and
 // the state they keep, at compile time.
@@ -37,6 +38,35 @@ CUTE_DEVICE float tanh_approx(float x) {
   return y;
 }
 
+// The modifiers' parameters as a kernel keeps them (AttentionParams carries the same fields).
+struct ScoreModifierParams {
+  float softmax_scale;
+  float softcap;              // 0 = off
+  const float* alibi_slopes;  // null = off; (sequence, head) at sequence * batch stride + head
+  int64_t alibi_batch_stride;
+
+  CUTE_HOST_DEVICE static ScoreModifierParams of(const AttentionParams& p) {
+    return {p.softmax_scale, p.softcap, p.alibi_slopes, p.alibi_batch_stride};
+  }
+
+  // ALiBi's slope of one (sequence, head); 0 without ALiBi.
+  CUTE_DEVICE float alibi_slope(int sequence, int head) const {
+    return alibi_slopes ? alibi_slopes[sequence * alibi_batch_stride + head] : 0.f;
+  }
+};
+
+// Softcap alone, as the online softmax reads raw scores (its LogitMap): a score x has the logit
+// outer * tanh(x * inner). With inner > 0 the map is increasing, so a row's largest logit is the
+// map of its largest raw score: one tanh per row ahead of the row maximum instead of one per score.
+struct CappedScores {
+  float inner, outer;
+  CUTE_DEVICE bool increasing() const { return inner > 0.f; }
+  CUTE_DEVICE float logit(float x) const { return outer * tanh_approx(x * inner); }
+  CUTE_DEVICE float shifted_logit(float x, float reference) const {
+    return fmaf(tanh_approx(x * inner), outer, -reference);
+  }
+};
+
 template <bool kModifiers>
 struct ScoreTransform {
   float scale_log2;        // softmax_scale * log2(e)
@@ -47,11 +77,13 @@ struct ScoreTransform {
   bool fold_softcap;   // softcap alone: scores stay tanh values, the softmax applies softcap_outer
   float masked_value;  // what a hidden score becomes
 
-  CUTE_DEVICE ScoreTransform(const AttentionParams& p, int batch, int head)
-      : ScoreTransform(p.scale_log2, p.softmax_scale, p.softcap,
-                       kModifiers && p.alibi_slopes
-                           ? p.alibi_slopes[batch * p.alibi_batch_stride + head]
-                           : 0.f) {}
+  CUTE_DEVICE ScoreTransform(const AttentionParams& p, int sequence, int head)
+      : ScoreTransform(p.scale_log2, ScoreModifierParams::of(p), sequence, head) {}
+
+  CUTE_DEVICE ScoreTransform(float scale_log2_, const ScoreModifierParams& m, int sequence,
+                             int head)
+      : ScoreTransform(scale_log2_, m.softmax_scale, m.softcap,
+                       kModifiers ? m.alibi_slope(sequence, head) : 0.f) {}
 
   // alibi_slope: this (sequence, head)'s slope, 0 without ALiBi.
   CUTE_DEVICE ScoreTransform(float scale_log2_, float softmax_scale, float softcap,
@@ -78,6 +110,11 @@ struct ScoreTransform {
   }
 
   CUTE_HOST_DEVICE bool has_softcap() const { return softcap_outer != 0.f; }
+
+  // Whether a block without hidden scores may leave its softcap to the softmax (capped_scores):
+  // softcap alone, positive scale.
+  CUTE_DEVICE bool defers_softcap() const { return fold_softcap && softcap_inner > 0.f; }
+  CUTE_DEVICE CappedScores capped_scores() const { return {softcap_inner, softcap_outer}; }
 
   // ALiBi's bias (exp2 domain) of the score at absolute (row, col).
   CUTE_DEVICE float alibi_bias(int row, int col, const AttentionMask& mask) const {

@@ -11,7 +11,9 @@
 // read Q, the consumers tell the producer (when O has its own buffer) so that the next tile's Q
 // loads under this tile's tail.
 // Softcap and ALiBi (kModifiers) go through the shared score transform (kernels/common/
-// score_modifiers.hpp) before the mask: scores then reach the softmax as finished logits.
+// score_modifiers.hpp) before the mask: scores then reach the softmax as finished logits, except
+// on blocks without hidden scores under softcap alone, where the softmax takes the tanh itself
+// and a row's maximum from its raw maximum (the tanh then stays off the path to the maximum).
 #pragma once
 
 #include <climits>
@@ -64,9 +66,7 @@ struct CollectiveMainloopFwd {
     float scale_log2;
     bool bottom_right;
     int window_left, window_right;
-    float softmax_scale, softcap;
-    const float* alibi_slopes;  // (sequence, head) at sequence * alibi_batch_stride + head
-    int64_t alibi_batch_stride;
+    ScoreModifierParams modifiers;
   };
 
   struct Params {
@@ -81,9 +81,7 @@ struct CollectiveMainloopFwd {
     // bound is unbounded), with diag = seqlen_k - seqlen_q of the sequence when bottom_right.
     bool bottom_right;
     int window_left, window_right;
-    float softmax_scale, softcap;
-    const float* alibi_slopes;
-    int64_t alibi_batch_stride;
+    ScoreModifierParams modifiers;
   };
 
   // Packed sequences are one batch of all tokens: Q spans total_q rows; for K/V only an upper
@@ -121,10 +119,7 @@ struct CollectiveMainloopFwd {
     args.bottom_right = a.bottom_right;
     args.window_left = a.window_left;
     args.window_right = a.window_right;
-    args.softmax_scale = a.softmax_scale;
-    args.softcap = a.softcap;
-    args.alibi_slopes = a.alibi_slopes;
-    args.alibi_batch_stride = a.alibi_batch_stride;
+    args.modifiers = ScoreModifierParams::of(a);
     return args;
   }
 
@@ -150,10 +145,7 @@ struct CollectiveMainloopFwd {
     p.bottom_right = a.bottom_right;
     p.window_left = a.window_left;
     p.window_right = a.window_right;
-    p.softmax_scale = a.softmax_scale;
-    p.softcap = a.softcap;
-    p.alibi_slopes = a.alibi_slopes;
-    p.alibi_batch_stride = a.alibi_batch_stride;
+    p.modifiers = a.modifiers;
     return p;
   }
 
@@ -275,17 +267,16 @@ struct CollectiveMainloopFwd {
     // Scores of a block become probabilities in place; blocks with hidden pairs are masked with
     // -inf first. Returns whether O needs rescaling.
     // kModifiers: softcap or ALiBi (the slope of this sequence and query head) first.
-    ScoreTransform<kModifiers> const transform(
-        p.scale_log2, p.softmax_scale, p.softcap,
-        kModifiers && p.alibi_slopes != nullptr
-            ? p.alibi_slopes[work.batch * p.alibi_batch_stride + work.head]
-            : 0.f);
-    AttentionMask const mask = TileInfo::make_mask(p, tile);
+    ScoreTransform<kModifiers> const transform(p.scale_log2, p.modifiers, work.batch, work.head);
     auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
       bool const masked = n >= tile.n_block_mask || n < tile.n_block_left_mask;
       if constexpr (kModifiers) {
-        // As below, the unmasked steps have a copy of their own.
+        // As below, the unmasked steps have copies of their own.
+        if (!masked && transform.defers_softcap()) {
+          return softmax.update(s_rc, transform.capped_scores(), correction);
+        }
         int const key0 = tile.key0<Traits>(p, n);
+        AttentionMask const mask = TileInfo::make_mask(p, tile);
         transform.cap_or_scale(s_rc);
         transform.add_alibi(s_rc, coords, row0, key0, mask);
         if (masked) {
@@ -293,25 +284,26 @@ struct CollectiveMainloopFwd {
           return softmax.update(s_rc, transform.exp2_multiplier(), correction);
         }
         return softmax.update(s_rc, transform.exp2_multiplier(), correction);
-      }
-      if (scale_first || masked) {
-        float scale = p.scale_log2;
-        if (scale_first) {
-          scale_scores(s_rc, scale);
-          scale = 1.f;
+      } else {
+        if (scale_first || masked) {
+          float scale = p.scale_log2;
+          if (scale_first) {
+            scale_scores(s_rc, scale);
+            scale = 1.f;
+          }
+          if (masked) {
+            // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
+            // across the loop; dense problems take it from the parameters.
+            TileInfo const seq = TileInfo::make<Traits>(p, work);
+            mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN,
+                        TileInfo::make_mask(p, seq));
+          }
+          return softmax.update(s_rc, scale, correction);
         }
-        if (masked) {
-          // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
-          // across the loop; dense problems take it from the parameters.
-          TileInfo const seq = TileInfo::make<Traits>(p, work);
-          mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN,
-                      TileInfo::make_mask(p, seq));
-        }
-        return softmax.update(s_rc, scale, correction);
+        // The steady state has a copy of its own: one path for both made ptxas wait for the PV
+        // GEMM before the softmax.
+        return softmax.update(s_rc, p.scale_log2, correction);
       }
-      // The steady state has a copy of its own: one path for both made ptxas wait for the PV
-      // GEMM before the softmax.
-      return softmax.update(s_rc, p.scale_log2, correction);
     };
 
     // The turns started once per kernel and run on across tiles.
