@@ -5,6 +5,7 @@
 
 #include <iterator>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "gpu_harness.hpp"
@@ -76,6 +77,28 @@ TEST(Features, VariableLengthWithEmptySequences) {
   check_case(packed, kAllowUnsupported);
   packed.placement = Placement::kHeadMajor;
   check_case(packed, kAllowUnsupported);
+}
+
+// Packed batches of many sequences of mixed lengths, which the Hopper family works longest first
+// in an order that one warp per CTA sorts into shared memory: more sequences than a warp has
+// lanes, zero-length ones among them, and at d 256 more than its default tile's order buffer
+// holds (448; that tile then keeps the caller's order, its short-causal tile sorts).
+TEST(Features, VariableLengthManySequences) {
+  FC_REQUIRE_GPU();
+  std::mt19937 rng(20261202);
+  for (int head_dim : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      int const count = head_dim == 256 ? 600 : 100;
+      int const longest = head_dim == 256 ? 40 : 400;
+      std::vector<int> lengths(count);
+      for (int& len : lengths) len = rng() % 8 == 0 ? 0 : int(rng() % (longest + 1));
+      Case c;
+      c.dtype = causal ? FC_BFLOAT16 : FC_FLOAT16;
+      c.problem = dense_problem(1, 0, 0, 2, 2, head_dim);
+      set_varlen(c.problem, lengths, lengths);
+      c.problem.causal = causal;
+      check_case(c, kAllowUnsupported);
+    }
 }
 
 TEST(Features, LocalWindowsBothAlignments) {
