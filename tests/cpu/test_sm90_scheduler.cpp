@@ -50,8 +50,8 @@ std::map<std::tuple<int, int, int>, std::vector<Visit>> run_grid(const typename 
   std::map<std::tuple<int, int, int>, std::vector<Visit>> visits;
   for (int cta = 0; cta < grid; ++cta) {
     int position = 0;
-    for (S s(p, cta, grid, order); s.valid(p); s.advance(p, grid)) {
-      WorkTile w = s.get(p);
+    for (S s(p, cta, order); s.valid(p); s.advance(p, cta, grid, order)) {
+      WorkTile w = s.get(p, order);
       visits[{w.batch, w.head, w.m_block}].push_back(Visit{cta, position++});
     }
   }
@@ -146,8 +146,9 @@ double packed_efficiency(const std::vector<int>& seqlens, bool causal, bool sort
   std::vector<double> load(grid, 0.0);
   double total = 0;
   for (int cta = 0; cta < grid; ++cta) {
-    for (SortingScheduler s(p, cta, grid, order.data()); s.valid(p); s.advance(p, grid)) {
-      WorkTile w = s.get(p);
+    for (SortingScheduler s(p, cta, order.data()); s.valid(p);
+         s.advance(p, cta, grid, order.data())) {
+      WorkTile w = s.get(p, order.data());
       int const len = seqlens[w.batch];
       int const visible = causal ? std::min((w.m_block + 1) * 128, len) : len;
       double const cost = (visible + 127) / 128 + 1;

@@ -69,15 +69,12 @@ struct TileScheduler {
     cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
   };
 
-  int unit;    // index of the current unit
-  int second;  // 0: the unit's first (heavier) tile, 1: its second
-  // Distance to this CTA's next unit. Dense: the grid size. Packed: the rounds alternate
-  // direction, so it alternates between 2 (grid - cta) - 1 and 2 cta + 1, which sum to 2 grid.
-  int stride;
+  int unit;        // index of the current unit
+  bool second;     // on the unit's second (lighter) tile
+  bool odd_round;  // packed batches: in a round that runs backwards
   // Packed batches only: the position in the work order of the sequence that holds `unit`
   // (batch = number of sequences when the list is exhausted) and the index of its first unit.
   int seq, seq_unit0;
-  const uint16_t* order;  // the work order when p.sorted
 
   // Host, once per launch.
   static Params to_params(Arguments const& a) {
@@ -102,11 +99,11 @@ struct TileScheduler {
     return bh * ((p.num_m_blocks + 1) / 2);
   }
 
-  // cta: this CTA's index in a grid of grid_size; order: sort_sequences' result (when p.sorted).
-  CUTE_HOST_DEVICE TileScheduler(Params const& p, int cta, int grid_size, const uint16_t* order_)
-      : unit(cta), second(0), seq(0), seq_unit0(0), order(order_) {
-    stride = p.cu_seqlens_q != nullptr ? 2 * (grid_size - cta) - 1 : grid_size;
-    if (p.cu_seqlens_q != nullptr) seek(p);
+  // cta: this CTA's index in a grid of grid_size; order: sort_sequences' result (read only when
+  // p.sorted). The kernel passes them to every call rather than keeping them in registers.
+  CUTE_HOST_DEVICE TileScheduler(Params const& p, int cta, const uint16_t* order)
+      : unit(cta), second(false), odd_round(false), seq(0), seq_unit0(0) {
+    if (p.cu_seqlens_q != nullptr) seek(p, order);
   }
 
 #if defined(__CUDACC__)
@@ -153,10 +150,11 @@ struct TileScheduler {
     return p.cu_seqlens_q != nullptr ? seq < p.batch : unit < p.num_units;
   }
 
-  CUTE_HOST_DEVICE WorkTile get(Params const& p) const {
+  CUTE_HOST_DEVICE WorkTile get(Params const& p, const uint16_t* order) const {
     if (p.cu_seqlens_q != nullptr) {
-      PackedPlace const at = packed_place(p);
-      return WorkTile{m_block(p, at.index, at.m_blocks), at.head, sequence_at(p, seq)};
+      int const sequence = sequence_at(p, order, seq);
+      PackedPlace const at = packed_place(p, sequence);
+      return WorkTile{m_block(p, at.index, at.m_blocks), at.head, sequence};
     }
     // Dense: the units of every (batch, head) first (pairs when causal), then the middle tiles.
     int const paired_units = p.heads * p.batch * paired_units_per_bh(p);
@@ -174,15 +172,21 @@ struct TileScheduler {
     return WorkTile{m, head, batch};
   }
 
-  CUTE_HOST_DEVICE void advance(Params const& p, int grid_size) {
-    if (p.pair_tiles && !second && pairs_with_next(p)) {
-      second = 1;
+  // Dense: the next unit is grid_size further. Packed: rounds alternate direction, so CTA cta
+  // moves 2 (grid_size - cta) - 1 units from an even round and 2 cta + 1 from an odd one.
+  CUTE_HOST_DEVICE void advance(Params const& p, int cta, int grid_size, const uint16_t* order) {
+    if (p.pair_tiles && !second && pairs_with_next(p, order)) {
+      second = true;
       return;
     }
-    second = 0;
-    unit += stride;
-    stride = 2 * grid_size - stride;
-    if (p.cu_seqlens_q != nullptr) seek(p);
+    second = false;
+    if (p.cu_seqlens_q != nullptr) {
+      unit += odd_round ? 2 * cta + 1 : 2 * (grid_size - cta) - 1;
+      odd_round = !odd_round;
+      seek(p, order);
+    } else {
+      unit += grid_size;
+    }
   }
 
  private:
@@ -196,7 +200,7 @@ struct TileScheduler {
   }
 
   // The sequence at position `position` of the work order.
-  CUTE_HOST_DEVICE int sequence_at(Params const& p, int position) const {
+  CUTE_HOST_DEVICE static int sequence_at(Params const& p, const uint16_t* order, int position) {
     return p.sorted ? int(order[position]) : position;
   }
 
@@ -206,8 +210,8 @@ struct TileScheduler {
     int index;     // of the unit among the (sequence, head)'s units
     int m_blocks;  // query tiles of the sequence
   };
-  CUTE_HOST_DEVICE PackedPlace packed_place(Params const& p) const {
-    int const m_blocks = seq_m_blocks(p, sequence_at(p, seq));
+  CUTE_HOST_DEVICE PackedPlace packed_place(Params const& p, int sequence) const {
+    int const m_blocks = seq_m_blocks(p, sequence);
     int const per_head = units_per_head(p, m_blocks);
     int const local = unit - seq_unit0;
     return PackedPlace{local / per_head, local % per_head, m_blocks};
@@ -222,9 +226,9 @@ struct TileScheduler {
   }
 
   // Whether the current unit holds a second tile.
-  CUTE_HOST_DEVICE bool pairs_with_next(Params const& p) const {
+  CUTE_HOST_DEVICE bool pairs_with_next(Params const& p, const uint16_t* order) const {
     if (p.cu_seqlens_q != nullptr) {
-      PackedPlace const at = packed_place(p);
+      PackedPlace const at = packed_place(p, sequence_at(p, order, seq));
       return at.index < at.m_blocks / 2;
     }
     return unit < p.heads * p.batch * paired_units_per_bh(p);
@@ -237,9 +241,9 @@ struct TileScheduler {
   }
 
   // Moves the cursor forward to the sequence holding `unit` (or past the last one).
-  CUTE_HOST_DEVICE void seek(Params const& p) {
+  CUTE_HOST_DEVICE void seek(Params const& p, const uint16_t* order) {
     while (seq < p.batch) {
-      int const units = p.heads * units_per_head(p, seq_m_blocks(p, sequence_at(p, seq)));
+      int const units = p.heads * units_per_head(p, seq_m_blocks(p, sequence_at(p, order, seq)));
       if (unit < seq_unit0 + units) return;
       seq_unit0 += units;
       ++seq;

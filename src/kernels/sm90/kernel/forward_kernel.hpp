@@ -53,12 +53,12 @@ struct ForwardKernel {
     typename Mainloop::SharedStorage mainloop;
     typename Epilogue::SharedStorage epilogue;
   };
-  // The scheduler's work order takes what is left of the SM's shared memory, up to 4096
+  // The scheduler's work order takes what is left of the SM's shared memory, up to 1024
   // sequences. The storage is 1024-byte aligned, so its size rounds up to 1 KB; the bucket starts
   // take 128 bytes of it.
   static constexpr int kSmemSpare =
       kSmemPerSm / kCtasPerSm - kSmemReservedPerCta - int(sizeof(CollectiveStorage));
-  static constexpr int kSortCapacity = std::clamp((kSmemSpare / 1024 * 1024 - 128) / 2, 0, 4096);
+  static constexpr int kSortCapacity = std::clamp((kSmemSpare / 1024 * 1024 - 128) / 2, 0, 1024);
   using Scheduler = TileScheduler<Traits::kBlockM, kSortCapacity>;
 
   struct SharedStorage {
@@ -122,9 +122,10 @@ struct ForwardKernel {
                                   typename Mainloop::Pipelines& pipes) {
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
     int tiles = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
-    for (Scheduler sched(p.scheduler, int(blockIdx.x), int(gridDim.x), smem.scheduler.order);
-         sched.valid(p.scheduler); sched.advance(p.scheduler, int(gridDim.x))) {
-      WorkTile const w = sched.get(p.scheduler);
+    uint16_t const* order = smem.scheduler.order;
+    for (Scheduler sched(p.scheduler, int(blockIdx.x), order); sched.valid(p.scheduler);
+         sched.advance(p.scheduler, int(blockIdx.x), int(gridDim.x), order)) {
+      WorkTile const w = sched.get(p.scheduler, order);
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
       Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w.head, tiles);
       ++tiles;
@@ -145,9 +146,10 @@ struct ForwardKernel {
     } else {
       o_smem = smem.mainloop.q.data();
     }
-    for (Scheduler sched(p.scheduler, int(blockIdx.x), int(gridDim.x), smem.scheduler.order);
-         sched.valid(p.scheduler); sched.advance(p.scheduler, int(gridDim.x))) {
-      WorkTile const w = sched.get(p.scheduler);
+    uint16_t const* order = smem.scheduler.order;
+    for (Scheduler sched(p.scheduler, int(blockIdx.x), order); sched.valid(p.scheduler);
+         sched.advance(p.scheduler, int(blockIdx.x), int(gridDim.x), order)) {
+      WorkTile const w = sched.get(p.scheduler, order);
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
       // Hide that the thread index is the same every tile: otherwise the compiler hoists the
       // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
