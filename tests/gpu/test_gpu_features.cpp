@@ -79,10 +79,8 @@ TEST(Features, VariableLengthWithEmptySequences) {
   check_case(packed, kAllowUnsupported);
 }
 
-// Packed batches of many sequences of mixed lengths, which the Hopper family works longest first
-// in an order that one warp per CTA sorts into shared memory: more sequences than a warp has
-// lanes, zero-length ones among them, and at d 256 more than its default tile's order buffer
-// holds (448; that tile then keeps the caller's order, its short-causal tile sorts).
+// Packed batches of many sequences of mixed lengths, zero-length ones among them: the Hopper
+// scheduler's cursor walks hundreds of sequences, each CTA over a different stretch of them.
 TEST(Features, VariableLengthManySequences) {
   FC_REQUIRE_GPU();
   std::mt19937 rng(20261202);

@@ -11,23 +11,14 @@
 // empty tile past a short sequence's end (sized for the longest sequence, those left whole CTAs
 // idle while others ran long sequences). A CTA's units only grow, so it finds each unit's
 // sequence by walking a cursor forward over the sequences, reading their lengths from
-// cu_seqlens_q (L1-resident) as it goes. Units of different sequences cost differently, so a
-// round-robin in the caller's order leaves some CTAs far more work than others (on 64 sequences
-// of 64-1024 tokens the busiest SM ran 1.12x the average). Instead the sequences are worked
-// longest first, and the rounds alternate direction (CTA c takes the c-th unit of even rounds
-// and the c-th from the end of odd ones), so that a CTA that drew a large unit in one round draws
-// a small one in the next. The order is a stable sort by tile count, which one warp of each CTA
-// computes into shared memory at the start (sort_sequences); a batch larger than that buffer
-// keeps the caller's order.
-// Host-callable too (but for the sort), so that a CPU test can check that every tile is handed
-// out exactly once.
+// cu_seqlens_q (L1-resident) as it goes.
+// Host-callable too, so that a CPU test can check that every tile is handed out exactly once.
 #pragma once
 
 #include <cutlass/fast_math.h>
 #include <cute/config.hpp>
 
 #include <algorithm>
-#include <cstdint>
 
 namespace flashcute::sm90 {
 
@@ -35,19 +26,8 @@ struct WorkTile {
   int m_block, head, batch;
 };
 
-// kSortCapacity: the most sequences whose order fits in SharedStorage (0: none).
-template <int kBlockM, int kSortCapacity = 0>
+template <int kBlockM>
 struct TileScheduler {
-  // Sequences are sorted by tile count, capped here (as many buckets as a warp has lanes): longer
-  // sequences share the last bucket; their many units even out among themselves.
-  static constexpr int kSortBuckets = 32;
-
-  struct SharedStorage {
-    uint16_t order[kSortCapacity > 0 ? kSortCapacity : 1];  // sequence index, by work position
-    int bucket_start[kSortBuckets];
-  };
-  static_assert(kSortCapacity <= 65536, "order entries are 16-bit");
-
   struct Arguments {
     int batch, heads;  // batch = number of sequences when packed
     int seqlen_q;      // the longest sequence's when packed
@@ -62,18 +42,16 @@ struct TileScheduler {
     int num_m_blocks;  // of the longest sequence when packed
     int num_units;     // the grid's work; for a packed batch an upper bound
     bool pair_tiles;
-    bool sorted;  // packed and at most kSortCapacity sequences: worked in sort_sequences' order
     const int32_t* cu_seqlens_q;
     // Dense schedule: divide by heads, and by the paired units of one (batch, head). FastDivmod:
     // a multiply-high and a shift instead of the ~25 instructions of an integer division.
     cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
   };
 
-  int unit;        // index of the current unit
-  bool second;     // on the unit's second (lighter) tile
-  bool odd_round;  // packed batches: in a round that runs backwards
-  // Packed batches only: the position in the work order of the sequence that holds `unit`
-  // (batch = number of sequences when the list is exhausted) and the index of its first unit.
+  int unit;    // index of the current unit
+  int second;  // 0: the unit's first (heavier) tile, 1: its second
+  // Packed batches only: the sequence that holds `unit` (batch = number of sequences when the
+  // list is exhausted) and the index of that sequence's first unit.
   int seq, seq_unit0;
 
   // Host, once per launch.
@@ -83,7 +61,6 @@ struct TileScheduler {
     p.batch = a.batch;
     p.num_m_blocks = (a.seqlen_q + kBlockM - 1) / kBlockM;
     p.pair_tiles = a.pair_tiles;
-    p.sorted = a.cu_seqlens_q != nullptr && a.batch <= kSortCapacity;
     p.cu_seqlens_q = a.cu_seqlens_q;
     p.num_units = num_units(p);
     p.heads_divmod = cutlass::FastDivmod(p.heads);
@@ -99,62 +76,19 @@ struct TileScheduler {
     return bh * ((p.num_m_blocks + 1) / 2);
   }
 
-  // cta: this CTA's index in a grid of grid_size; order: sort_sequences' result (read only when
-  // p.sorted). The kernel passes them to every call rather than keeping them in registers.
-  CUTE_HOST_DEVICE TileScheduler(Params const& p, int cta, const uint16_t* order)
-      : unit(cta), second(false), odd_round(false), seq(0), seq_unit0(0) {
-    if (p.cu_seqlens_q != nullptr) seek(p, order);
-  }
-
-#if defined(__CUDACC__)
-  // Packed and sorted: one warp (lane 0..31) writes the work order into smem: sequences by
-  // descending tile count (capped at kSortBuckets - 1), ties in the caller's order. A counting
-  // sort, so that every CTA computes the same order: each sequence's place is its bucket's start
-  // plus the sequences of the same bucket before it, counted within a 32-sequence chunk by
-  // __match_any_sync and across chunks by advancing the bucket's start.
-  CUTE_DEVICE static void sort_sequences(Params const& p, SharedStorage& smem, int lane) {
-    smem.bucket_start[lane] = 0;
-    __syncwarp();
-    for (int s = lane; s < p.batch; s += 32) atomicAdd(&smem.bucket_start[bucket(p, s)], 1);
-    __syncwarp();
-    // Buckets in descending order: the start of bucket b counts the sequences of buckets > b.
-    int const count = smem.bucket_start[lane];
-    int above = count;
-    for (int d = 1; d < 32; d *= 2) {
-      int const from = __shfl_down_sync(0xffffffff, above, d);
-      if (lane + d < 32) above += from;
-    }
-    __syncwarp();
-    smem.bucket_start[lane] = above - count;
-    __syncwarp();
-    for (int base = 0; base < p.batch; base += 32) {
-      int const s = base + lane;
-      int const b = s < p.batch ? bucket(p, s) : -1;
-      unsigned const same = __match_any_sync(0xffffffff, b);
-      unsigned const before = same & ((1u << lane) - 1);
-      if (b >= 0) smem.order[smem.bucket_start[b] + __popc(before)] = uint16_t(s);
-      __syncwarp();
-      if (b >= 0 && before == 0) smem.bucket_start[b] += __popc(same);
-      __syncwarp();
-    }
-  }
-#endif
-
-  // The sort key of sequence s: its tile count, capped.
-  CUTE_HOST_DEVICE static int bucket(Params const& p, int s) {
-    int const m_blocks = seq_m_blocks(p, s);
-    return m_blocks < kSortBuckets - 1 ? m_blocks : kSortBuckets - 1;
+  CUTE_HOST_DEVICE TileScheduler(Params const& p, int first_unit)
+      : unit(first_unit), second(0), seq(0), seq_unit0(0) {
+    if (p.cu_seqlens_q != nullptr) seek(p);
   }
 
   CUTE_HOST_DEVICE bool valid(Params const& p) const {
     return p.cu_seqlens_q != nullptr ? seq < p.batch : unit < p.num_units;
   }
 
-  CUTE_HOST_DEVICE WorkTile get(Params const& p, const uint16_t* order) const {
+  CUTE_HOST_DEVICE WorkTile get(Params const& p) const {
     if (p.cu_seqlens_q != nullptr) {
-      int const sequence = sequence_at(p, order, seq);
-      PackedPlace const at = packed_place(p, sequence);
-      return WorkTile{m_block(p, at.index, at.m_blocks), at.head, sequence};
+      PackedPlace const at = packed_place(p);
+      return WorkTile{m_block(p, at.index, at.m_blocks), at.head, seq};
     }
     // Dense: the units of every (batch, head) first (pairs when causal), then the middle tiles.
     int const paired_units = p.heads * p.batch * paired_units_per_bh(p);
@@ -172,21 +106,14 @@ struct TileScheduler {
     return WorkTile{m, head, batch};
   }
 
-  // Dense: the next unit is grid_size further. Packed: rounds alternate direction, so CTA cta
-  // moves 2 (grid_size - cta) - 1 units from an even round and 2 cta + 1 from an odd one.
-  CUTE_HOST_DEVICE void advance(Params const& p, int cta, int grid_size, const uint16_t* order) {
-    if (p.pair_tiles && !second && pairs_with_next(p, order)) {
-      second = true;
+  CUTE_HOST_DEVICE void advance(Params const& p, int grid_size) {
+    if (p.pair_tiles && !second && pairs_with_next(p)) {
+      second = 1;
       return;
     }
-    second = false;
-    if (p.cu_seqlens_q != nullptr) {
-      unit += odd_round ? 2 * cta + 1 : 2 * (grid_size - cta) - 1;
-      odd_round = !odd_round;
-      seek(p, order);
-    } else {
-      unit += grid_size;
-    }
+    second = 0;
+    unit += grid_size;
+    if (p.cu_seqlens_q != nullptr) seek(p);
   }
 
  private:
@@ -199,19 +126,14 @@ struct TileScheduler {
     return p.pair_tiles ? (m_blocks + 1) / 2 : m_blocks;
   }
 
-  // The sequence at position `position` of the work order.
-  CUTE_HOST_DEVICE static int sequence_at(Params const& p, const uint16_t* order, int position) {
-    return p.sorted ? int(order[position]) : position;
-  }
-
   // Where the current unit of a packed batch lies within its sequence.
   struct PackedPlace {
     int head;
     int index;     // of the unit among the (sequence, head)'s units
     int m_blocks;  // query tiles of the sequence
   };
-  CUTE_HOST_DEVICE PackedPlace packed_place(Params const& p, int sequence) const {
-    int const m_blocks = seq_m_blocks(p, sequence);
+  CUTE_HOST_DEVICE PackedPlace packed_place(Params const& p) const {
+    int const m_blocks = seq_m_blocks(p, seq);
     int const per_head = units_per_head(p, m_blocks);
     int const local = unit - seq_unit0;
     return PackedPlace{local / per_head, local % per_head, m_blocks};
@@ -226,9 +148,9 @@ struct TileScheduler {
   }
 
   // Whether the current unit holds a second tile.
-  CUTE_HOST_DEVICE bool pairs_with_next(Params const& p, const uint16_t* order) const {
+  CUTE_HOST_DEVICE bool pairs_with_next(Params const& p) const {
     if (p.cu_seqlens_q != nullptr) {
-      PackedPlace const at = packed_place(p, sequence_at(p, order, seq));
+      PackedPlace const at = packed_place(p);
       return at.index < at.m_blocks / 2;
     }
     return unit < p.heads * p.batch * paired_units_per_bh(p);
@@ -241,9 +163,9 @@ struct TileScheduler {
   }
 
   // Moves the cursor forward to the sequence holding `unit` (or past the last one).
-  CUTE_HOST_DEVICE void seek(Params const& p, const uint16_t* order) {
+  CUTE_HOST_DEVICE void seek(Params const& p) {
     while (seq < p.batch) {
-      int const units = p.heads * units_per_head(p, seq_m_blocks(p, sequence_at(p, order, seq)));
+      int const units = p.heads * units_per_head(p, seq_m_blocks(p, seq));
       if (unit < seq_unit0 + units) return;
       seq_unit0 += units;
       ++seq;

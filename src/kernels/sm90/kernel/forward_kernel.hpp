@@ -7,8 +7,6 @@
 
 #include <cutlass/arch/reg_reconfig.h>
 
-#include <algorithm>
-
 #include "kernels/common/params.hpp"
 #include "kernels/sm90/collective/epilogue_fwd.hpp"
 #include "kernels/sm90/collective/mainloop_fwd.hpp"
@@ -46,25 +44,13 @@ struct ForwardKernel {
 
   using Mainloop = CollectiveMainloopFwd<Traits, kConsumerRegs, kSeparateO, kModifiers>;
   using Epilogue = CollectiveEpilogueFwd<Traits, kSeparateO>;
+  using Scheduler = TileScheduler<Traits::kBlockM>;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
-
-  struct CollectiveStorage {
-    typename Mainloop::SharedStorage mainloop;
-    typename Epilogue::SharedStorage epilogue;
-  };
-  // The scheduler's work order takes what is left of the SM's shared memory, up to 1024
-  // sequences. The storage is 1024-byte aligned, so its size rounds up to 1 KB; the bucket starts
-  // take 128 bytes of it.
-  static constexpr int kSmemSpare =
-      kSmemPerSm / kCtasPerSm - kSmemReservedPerCta - int(sizeof(CollectiveStorage));
-  static constexpr int kSortCapacity = std::clamp((kSmemSpare / 1024 * 1024 - 128) / 2, 0, 1024);
-  using Scheduler = TileScheduler<Traits::kBlockM, kSortCapacity>;
 
   struct SharedStorage {
     typename Mainloop::SharedStorage mainloop;
     typename Epilogue::SharedStorage epilogue;
-    typename Scheduler::SharedStorage scheduler;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedPerCta) <= kSmemPerSm);
@@ -93,9 +79,6 @@ struct ForwardKernel {
       smem.mainloop.bar_q.init(1);
       smem.mainloop.bar_q_free.init(Traits::kConsumerThreads);
     }
-    if (threadIdx.x < 32 && p.scheduler.sorted) {
-      Scheduler::sort_sequences(p.scheduler, smem.scheduler, int(threadIdx.x));
-    }
 
     typename Pipeline::Params pipe_params;
     pipe_params.transaction_bytes = Traits::kBytesKV;
@@ -106,7 +89,7 @@ struct ForwardKernel {
     typename Mainloop::Pipelines pipes{
         Pipeline(smem.mainloop.pipe_k, pipe_params, Shape<_1, _1, _1>{}),
         Pipeline(smem.mainloop.pipe_v, pipe_params, Shape<_1, _1, _1>{})};
-    __syncthreads();  // barrier initialisation and the work order visible to every thread
+    __syncthreads();  // barrier initialisation visible to every thread
 
     if (warpgroup == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -122,10 +105,9 @@ struct ForwardKernel {
                                   typename Mainloop::Pipelines& pipes) {
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
     int tiles = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
-    uint16_t const* order = smem.scheduler.order;
-    for (Scheduler sched(p.scheduler, int(blockIdx.x), order); sched.valid(p.scheduler);
-         sched.advance(p.scheduler, int(blockIdx.x), int(gridDim.x), order)) {
-      WorkTile const w = sched.get(p.scheduler, order);
+    for (Scheduler sched(p.scheduler, int(blockIdx.x)); sched.valid(p.scheduler);
+         sched.advance(p.scheduler, int(gridDim.x))) {
+      WorkTile const w = sched.get(p.scheduler);
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
       Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w.head, tiles);
       ++tiles;
@@ -146,10 +128,9 @@ struct ForwardKernel {
     } else {
       o_smem = smem.mainloop.q.data();
     }
-    uint16_t const* order = smem.scheduler.order;
-    for (Scheduler sched(p.scheduler, int(blockIdx.x), order); sched.valid(p.scheduler);
-         sched.advance(p.scheduler, int(blockIdx.x), int(gridDim.x), order)) {
-      WorkTile const w = sched.get(p.scheduler, order);
+    for (Scheduler sched(p.scheduler, int(blockIdx.x)); sched.valid(p.scheduler);
+         sched.advance(p.scheduler, int(gridDim.x))) {
+      WorkTile const w = sched.get(p.scheduler);
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
       // Hide that the thread index is the same every tile: otherwise the compiler hoists the
       // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
