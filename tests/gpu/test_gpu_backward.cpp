@@ -225,30 +225,35 @@ TEST(Backward, DeterministicRunsAreBitwiseIdentical) {
   }
 }
 
-// On a Hopper GPU the sm90 family takes every plain problem with head_dim <= 128 (dense, packed,
-// GQA, masks of both alignments, windows); elsewhere forcing it is refused as unsupported.
+// On a Hopper GPU the sm90 family takes every plain problem (dense, packed, GQA, masks of both
+// alignments, windows) in each of its head-dim buckets and their splits (up to 128: by keys; 256:
+// by head dim); elsewhere forcing it is refused as unsupported.
 TEST(Backward, Sm90FamilyRunsOnHopper) {
   FC_REQUIRE_GPU();
   const bool hopper = device_is_sm90();
   std::vector<Case> cases;
-  for (int d : {64, 128, 72}) {
+  for (int d : {64, 128, 72, 256, 200}) {
     Case c;
-    c.dtype = d == 64 ? FC_FLOAT16 : FC_BFLOAT16;
+    c.dtype = d == 64 || d == 200 ? FC_FLOAT16 : FC_BFLOAT16;
     c.problem = dense_problem(2, 200, 333, 8, 2, d);
     c.problem.causal = true;
     c.problem.bottom_right = d != 128;
     cases.push_back(c);
   }
-  Case window = cases[1];
-  window.problem.causal = false;
-  window.problem.window_left = 70;
-  window.problem.window_right = 9;
-  cases.push_back(window);
-  Case packed;
-  packed.problem = dense_problem(1, 0, 0, 4, 4, 128);
-  set_varlen(packed.problem, {0, 130, 7, 300}, {64, 130, 0, 260});
-  packed.problem.causal = true;
-  cases.push_back(packed);
+  for (int i : {1, 3}) {
+    Case window = cases[i];
+    window.problem.causal = false;
+    window.problem.window_left = 70;
+    window.problem.window_right = 9;
+    cases.push_back(window);
+  }
+  for (int d : {128, 256}) {
+    Case packed;
+    packed.problem = dense_problem(1, 0, 0, 4, 4, d);
+    set_varlen(packed.problem, {0, 130, 7, 300}, {64, 130, 0, 260});
+    packed.problem.causal = true;
+    cases.push_back(packed);
+  }
   for (const Case& c : cases) {
     const std::unique_ptr<BackwardInputs> bin = make_backward_inputs(c);
     check_backward(*bin, BackwardRun{FC_FAMILY_SM90, false}, !hopper);

@@ -35,7 +35,7 @@ struct BackwardWorkspace {
   // (the Hopper family's LSE and dout_dot_out), whichever is larger.
   uint64_t row_stats_offset;
   // fp32 dq sums, absent when deterministic: total_q * heads * head_dim (the SM80 family's
-  // (token, head, column) layout) or heads * PaddedRows * head_dim rounded up to 64 (the Hopper
+  // (token, head, column) layout) or heads * PaddedRows * the Hopper bucket's width (that
   // family's whole blocks in its MMA's register order), whichever is larger.
   uint64_t dq_accum_offset;
   uint64_t bytes;  // the whole workspace
@@ -45,15 +45,21 @@ constexpr uint64_t round_up_256(uint64_t bytes) { return (bytes + 255) / 256 * 2
 
 constexpr uint64_t larger(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+// The head-dim bucket of the Hopper family's backward (64, 128 or 256), whose width its dQ
+// accumulator blocks have.
+constexpr int64_t hopper_backward_bucket(int64_t head_dim) {
+  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
+}
+
 constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64_t heads,
                                                int64_t head_dim, bool deterministic) {
   int64_t const padded = PaddedRows::total(total_q, batch);
   uint64_t const stats = round_up_256(larger(heads * total_q, 2 * heads * padded) * sizeof(float));
-  uint64_t const accum = deterministic
-                             ? 0
-                             : round_up_256(larger(total_q * heads * head_dim,
-                                                   heads * padded * ((head_dim + 63) / 64 * 64)) *
-                                            sizeof(float));
+  uint64_t const accum =
+      deterministic ? 0
+                    : round_up_256(larger(total_q * heads * head_dim,
+                                          heads * padded * hopper_backward_bucket(head_dim)) *
+                                   sizeof(float));
   return {0, stats, stats + accum};
 }
 

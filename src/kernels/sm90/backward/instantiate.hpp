@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "kernels/backward/row_kernels.cuh"
 #include "kernels/common/score_modifiers.hpp"
@@ -18,10 +19,13 @@
 
 namespace flashcute::sm90 {
 
-// 128 keys per CTA (two consumer warpgroups), 64 query rows per step, two Q/dO stages (a third
-// measured 3% slower at d 128 s 8k).
+// 64 query rows per step and two Q/dO stages (a third measured 3% slower at d 128 s 8k). Up to
+// head dim 128, 128 keys per CTA, 64 per consumer warpgroup; at 256, dK and dV of 64 keys
+// already take 128 registers per thread when split by head dim (BackwardSplit::kHeadDim).
 template <class Element, int kHeadDim>
-using DefaultBackwardTraits = BackwardTraits<Element, kHeadDim, 64, 128, 2>;
+using DefaultBackwardTraits =
+    std::conditional_t<kHeadDim <= 128, BackwardTraits<Element, kHeadDim, 64, 128, 2>,
+                       BackwardTraits<Element, kHeadDim, 64, 64, 2, BackwardSplit::kHeadDim>>;
 
 // TMA (Q, dO) and 16-byte cp.async (K, V) need 16-byte aligned bases and strides. Deterministic
 // gradients, softcap, ALiBi, and problems without queries or keys run on the SM80 family.
@@ -66,14 +70,22 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(Kernel::to_params(p));
 
+  using PostPass = DqPostPass<Kernel>;
+  auto const post_pass = dq_from_fragments_kernel<Kernel>;
+  err = configure_once_per_device<PostPass>(device, [&] {
+    return cudaFuncSetAttribute(post_pass, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                PostPass::kSmemBytes);
+  });
+  if (err != cudaSuccess) return err;
   dim3 const dq_grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
-  dq_from_fragments_kernel<Kernel><<<dq_grid, Traits::kConsumerThreads, 0, stream>>>(p);
+  post_pass<<<dq_grid, Traits::kConsumerThreads, PostPass::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
 template <class Element, int kHeadDim>
 void add_backward_kernels(BackwardKernelTable& table) {
   using Traits = DefaultBackwardTraits<Element, kHeadDim>;
+  static_assert(hopper_backward_bucket(kHeadDim) == kHeadDim, "the dQ workspace's block width");
   BackwardKernelEntry entry{};
   entry.family = FC_FAMILY_SM90;
   entry.dtype = dtype_of<Element>();

@@ -1,21 +1,28 @@
 // The Hopper backward kernel. One CTA owns one key block of one KV head and accumulates its dK and
 // dV in registers over every query block that sees it, for every query head of the KV head's
 // group (GQA sums need no atomics). Warpgroup 0 produces: one thread streams Q, dO and the
-// blocks' row statistics (LSE, rowsum(dO * O)) through a TMA pipeline. Each consumer warpgroup
-// owns 64 keys; per step (query head, query block):
-//   S^T = K Q^T and dP^T = V dO^T (wgmma, shared-memory operands), P^T = exp2(S^T scale - lse),
-//   dV += P^T dO (P^T from registers) while dP^T finishes, dS^T = P^T (dP^T - rowsum(dO * O))
-//   to shared memory, and once every warpgroup has written its keys' part, dQ = dS K for this
-//   warpgroup's slice of the head dim, then dK += dS^T Q (dS^T from registers), which runs on
-//   while dQ is staged in shared memory and the next step's first GEMMs are issued.
-// A second producer warp adds each staged dQ block to the fp32 accumulator in global memory with
-// one bulk reduction (cp.reduce.async.bulk): the block is kept in the MMA's register order, so the
-// consumers' stores are conflict-free 16-byte vectors and the block is one contiguous range;
-// dq_from_fragments_kernel reads it back in the same order, scales and converts it.
+// blocks' row statistics (LSE, rowsum(dO * O)) through a TMA pipeline. Per step (query head,
+// query block) the two consumer warpgroups compute S^T = K Q^T and dP^T = V dO^T (wgmma,
+// shared-memory operands), P^T = exp2(S^T scale - lse) and dS^T = P^T (dP^T - rowsum(dO * O)),
+// then dV += P^T dO, dK += dS^T Q and this step's dQ = dS K, split between them as the traits'
+// BackwardSplit says:
+// - kKeys: each warpgroup owns 64 keys; dV's GEMM takes P^T from registers while dP^T finishes,
+//   dS^T goes to shared memory (dQ reads every key), and dK's GEMM runs on under dQ's staging and
+//   the next step's first GEMMs. A second producer warp adds each staged dQ block to the fp32
+//   accumulator in global memory with one bulk reduction (cp.reduce.async.bulk).
+// - kHeadDim: the warpgroups share 64 keys, each takes half of the step's queries for S^T and
+//   dP^T and half of the head dim for dK, dV and dQ; P^T and dS^T meet in shared memory, and each
+//   warpgroup adds its dQ half to the accumulator with 16-byte atomics while dV's and dK's GEMMs
+//   run (a staged 64 x 256 fp32 block would leave no room for a second Q/dO stage).
+// Either way a dQ block is kept in the dQ MMA's register order, so a thread's values are whole
+// 16-byte vectors of one contiguous block; dq_from_fragments_kernel reads it back in the same
+// order, scales and converts it.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+
+#include <type_traits>
 
 #include "kernels/backward/workspace.hpp"
 #include "kernels/common/backward_params.hpp"
@@ -47,13 +54,22 @@ struct BackwardKernel {
   static constexpr int kProducerRegs = Registers::kProducer;
   static constexpr int kConsumerRegs = Registers::kConsumer;
 
+  // kKeys: one step's dQ, in register order, for the bulk reduction.
+  struct StagedDq {
+    alignas(128) float dq[kBlockM * kHeadDim];
+  };
+  // kHeadDim: one step's P^T, which both warpgroups read.
+  struct SharedPt {
+    cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutPt>, 1024> pt;
+  };
+
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> dout;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutK>, 1024> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutV>, 1024> v;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutDs>, 1024> ds;
-    alignas(128) float dq[kBlockM * kHeadDim];  // one step's dQ, in register order
+    alignas(1024) std::conditional_t<Traits::kSplitHeadDim, SharedPt, StagedDq> step;
     alignas(16) float lse_log2[kStages][kBlockM];
     alignas(16) float dout_dot_out[kStages][kBlockM];
     typename Pipeline::SharedStorage pipe;
@@ -144,7 +160,9 @@ struct BackwardKernel {
     if (warpgroup == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
       if (threadIdx.x == 0) produce(params, smem, pipe, work);
-      if (threadIdx.x / 32 == 1) write_dq(p, smem, work);
+      if constexpr (!Traits::kSplitHeadDim) {
+        if (threadIdx.x / 32 == 1) write_dq(p, smem, work);
+      }
     } else {
       cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
       consume(p, smem, pipe, work, int(threadIdx.x) - 128);
@@ -187,12 +205,106 @@ struct BackwardKernel {
   // thread: the index among the consumer threads.
   CUTE_DEVICE static void consume(BackwardParams const& p, SharedStorage& smem, Pipeline& pipe,
                                   Work const& work, int thread) {
-    using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
-    using TileS = Shape<Int<kBlockN>, Int<kBlockM>>;
-    using TileDq = Shape<Int<kBlockM>, Int<kHeadDim>>;
-    int const key_begin = work.n_block * kBlockN;
-    int const key_rows = work.seq.seqlen_k - key_begin;
+    load_kv(p, smem, work, thread);
+    typename Traits::TiledMmaDkv mma_dkv;
+    Tensor dk = partition_fragment_C(mma_dkv, TileKV{});
+    Tensor dv = partition_fragment_C(mma_dkv, TileKV{});
+    clear(dk);
+    clear(dv);
+    if constexpr (Traits::kSplitHeadDim) {
+      steps_split_head_dim(p, smem, pipe, work, thread, dk, dv);
+    } else {
+      steps_split_keys(p, smem, pipe, work, thread, dk, dv);
+    }
+    store_gradients(p, smem, work, thread, dk, dv);
+  }
 
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using TileS = Shape<Int<kBlockN>, Int<kBlockM>>;
+  using TileDq = Shape<Int<kBlockM>, Int<kHeadDim>>;
+
+  // K and V of the block, through the consumers' own cp.async loads, visible to wgmma after.
+  CUTE_DEVICE static void load_kv(BackwardParams const& p, SharedStorage& smem, Work const& work,
+                                  int thread) {
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+    typename Traits::GmemTiledCopyKV gmem_copy;
+    auto thr = gmem_copy.get_thread_slice(thread);
+    Tensor coords = thr.partition_S(make_identity_tensor(TileKV{}));
+    Tensor col_ok = make_tensor<bool>(make_shape(size<2>(coords)));
+    CUTE_UNROLL
+    for (int k = 0; k < size(col_ok); ++k) col_ok(k) = int(get<1>(coords(0, 0, k))) < p.head_dim;
+    auto block_of = [&](const void* ptr, int64_t batch_stride, int64_t row_stride,
+                        int64_t head_stride) {
+      auto base =
+          make_gmem_ptr(static_cast<const Element*>(ptr) +
+                        work.seq.k_offset(batch_stride, row_stride, head_stride, work.head_kv));
+      return local_tile(make_tensor(base, make_shape(work.seq.seqlen_k, Int<kHeadDim>{}),
+                                    make_stride(row_stride, _1{})),
+                        TileKV{}, make_coord(work.n_block, 0));
+    };
+    int const key_rows = work.seq.seqlen_k - work.n_block * kBlockN;
+    sm80::copy_tile_in<true>(
+        gmem_copy,
+        thr.partition_S(block_of(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride)),
+        thr.partition_D(sK), coords, col_ok, key_rows);
+    sm80::copy_tile_in<true>(
+        gmem_copy,
+        thr.partition_S(block_of(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride)),
+        thr.partition_D(sV), coords, col_ok, key_rows);
+    cp_async_fence();
+    cp_async_wait<0>();
+    cutlass::arch::fence_view_async_shared();  // visible to wgmma (the async proxy)
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+  }
+
+  // The step's LSE (log2 units) of each query column this thread holds.
+  template <class Coords>
+  CUTE_DEVICE static auto column_lse(SharedStorage const& smem, int stage, Coords const& coords) {
+    constexpr int kCols = decltype(size<1>(coords))::value;
+    cute::array<float, kCols> lse;
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) lse[c] = smem.lse_log2[stage][get<1>(coords(0, c))];
+    return lse;
+  }
+
+  // P^T = exp2(S^T scale - lse) in place: column c of s_rc is query row m_block * kBlockM +
+  // (its coordinate). The mask acts on the exponent, so a zero or negative scale needs no
+  // special case.
+  template <class Tensor, class Coords, class Lse>
+  CUTE_DEVICE static void probabilities(BackwardParams const& p, Work const& work,
+                                        MaskedBlocks const& masked, int m_block, Tensor& s_rc,
+                                        Coords const& coords, Lse const& lse) {
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(s_rc); ++c) {
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(s_rc); ++r) s_rc(r, c) = s_rc(r, c) * p.scale_log2 - lse[c];
+    }
+    if (masked.contains(m_block)) {
+      mask_outside(s_rc, coords, work.n_block * kBlockN, m_block * kBlockM, 0, work.mask.right >= 0,
+                   [&](int key) { return work.mask.key_queries(key); });
+    }
+    CUTE_UNROLL
+    for (int i = 0; i < size(s_rc); ++i) s_rc(i) = fast_exp2(s_rc(i));
+  }
+
+  // dS^T = P^T (dP^T - rowsum(dO * O)) in place of dP^T.
+  template <class Tensor, class Coords>
+  CUTE_DEVICE static void score_gradients(SharedStorage const& smem, int stage, Tensor const& pt_rc,
+                                          Tensor& dp_rc, Coords const& coords) {
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(dp_rc); ++c) {
+      float const dot = smem.dout_dot_out[stage][get<1>(coords(0, c))];
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = pt_rc(r, c) * (dp_rc(r, c) - dot);
+    }
+  }
+
+  // BackwardSplit::kKeys: this warpgroup's 64 keys, every query of the step.
+  template <class Dk, class Dv>
+  CUTE_DEVICE static void steps_split_keys(BackwardParams const& p, SharedStorage& smem,
+                                           Pipeline& pipe, Work const& work, int thread, Dk& dk,
+                                           Dv& dv) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
     Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
@@ -202,37 +314,6 @@ struct BackwardKernel {
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
     Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
     Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
-
-    // K and V of the block.
-    {
-      typename Traits::GmemTiledCopyKV gmem_copy;
-      auto thr = gmem_copy.get_thread_slice(thread);
-      Tensor coords = thr.partition_S(make_identity_tensor(TileKV{}));
-      Tensor col_ok = make_tensor<bool>(make_shape(size<2>(coords)));
-      CUTE_UNROLL
-      for (int k = 0; k < size(col_ok); ++k) col_ok(k) = int(get<1>(coords(0, 0, k))) < p.head_dim;
-      auto block_of = [&](const void* ptr, int64_t batch_stride, int64_t row_stride,
-                          int64_t head_stride) {
-        auto base =
-            make_gmem_ptr(static_cast<const Element*>(ptr) +
-                          work.seq.k_offset(batch_stride, row_stride, head_stride, work.head_kv));
-        return local_tile(make_tensor(base, make_shape(work.seq.seqlen_k, Int<kHeadDim>{}),
-                                      make_stride(row_stride, _1{})),
-                          TileKV{}, make_coord(work.n_block, 0));
-      };
-      sm80::copy_tile_in<true>(
-          gmem_copy,
-          thr.partition_S(block_of(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride)),
-          thr.partition_D(sK), coords, col_ok, key_rows);
-      sm80::copy_tile_in<true>(
-          gmem_copy,
-          thr.partition_S(block_of(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride)),
-          thr.partition_D(sV), coords, col_ok, key_rows);
-      cp_async_fence();
-      cp_async_wait<0>();
-      cutlass::arch::fence_view_async_shared();  // visible to wgmma (the async proxy)
-      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
-    }
 
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaDkv mma_dkv;
@@ -249,20 +330,13 @@ struct BackwardKernel {
     Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffers)
     Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
     Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
-
-    Tensor dk = partition_fragment_C(mma_dkv, TileKV{});
-    Tensor dv = partition_fragment_C(mma_dkv, TileKV{});
-    clear(dk);
-    clear(dv);
     MaskedBlocks const masked =
         work.mask.template masked_query_blocks<kBlockM, kBlockN>(work.n_block);
-    bool const two_sided = work.mask.right >= 0;
 
     // dS^T leaves registers by stmatrix: 16 bytes of 8 consecutive queries of one key per row.
     auto stage_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto thr_stage_ds = stage_ds.get_thread_slice(thread);
     Tensor tdSsdS = thr_stage_ds.partition_D(sdSt);  // (CPY, CPY_M, CPY_N, buffers)
-    constexpr int kCols = decltype(size<1>(coords))::value;
 
     // A step ends with dK's GEMM still running, under dQ's staging and the next step's first
     // GEMMs; its Q/dO stage is released once the next step's wait shows dK done.
@@ -271,10 +345,7 @@ struct BackwardKernel {
     for (int step = 0; step < work.steps; ++step) {
       int const stage = state.index(), buffer = step & 1;
       pipe.consumer_wait(state);
-      float const* lse = smem.lse_log2[stage];
-      float row_lse[kCols];
-      CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) row_lse[c] = lse[get<1>(coords(0, c))];
+      auto const lse = column_lse(smem, stage, coords);
       Tensor s = partition_fragment_C(mma_sdp, TileS{});
       Tensor dp = partition_fragment_C(mma_sdp, TileS{});
       warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), s);
@@ -284,37 +355,17 @@ struct BackwardKernel {
       warpgroup_fence_operand(dk);
       if (step > 0) pipe.consumer_release(previous);
 
-      // P^T = exp2(S^T scale - lse): column c is query row m_block * kBlockM + c. The mask acts
-      // on the exponent, so a zero or negative scale needs no special case.
       Tensor s_rc = rowcol_view(s);
-      CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(s_rc); ++r) {
-          s_rc(r, c) = s_rc(r, c) * p.scale_log2 - row_lse[c];
-        }
-      }
-      if (masked.contains(m_block)) {
-        mask_outside(s_rc, coords, key_begin, m_block * kBlockM, 0, two_sided,
-                     [&](int key) { return work.mask.key_queries(key); });
-      }
-      CUTE_UNROLL
-      for (int i = 0; i < size(s); ++i) s(i) = fast_exp2(s(i));
+      probabilities(p, work, masked, m_block, s_rc, coords, lse);
       Tensor pt = convert_fragment<Element>(s);
       Tensor pt_a = make_tensor(pt.data(), acc_as_a_operand(pt.layout()));
       warpgroup_gemm<false, -1>(mma_dkv, pt_a, tdVrdO(_, _, _, stage), dv);
 
-      // dS^T = P^T (dP^T - rowsum(dO * O)), while dV's GEMM runs.
+      // dS^T while dV's GEMM runs.
       warpgroup_wait<1>();
       warpgroup_fence_operand(dp);
       Tensor dp_rc = rowcol_view(dp);
-      float const* dots = smem.dout_dot_out[stage];
-      CUTE_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        float const dot = dots[get<1>(coords(0, c))];
-        CUTE_UNROLL
-        for (int r = 0; r < size<0>(dp_rc); ++r) dp_rc(r, c) = s_rc(r, c) * (dp_rc(r, c) - dot);
-      }
+      score_gradients(smem, stage, s_rc, dp_rc, coords);
       Tensor dst = convert_fragment<Element>(dp);
       copy(stage_ds, thr_stage_ds.retile_S(dst), tdSsdS(_, _, _, buffer));
 
@@ -336,9 +387,112 @@ struct BackwardKernel {
     warpgroup_wait<0>();
     warpgroup_fence_operand(dk);
     if (work.steps > 0) pipe.consumer_release(previous);
+  }
 
-    // dK (scaled: it is the gradient of the scaled scores' keys) and dV leave through the K and
-    // V buffers, free once every warpgroup's last GEMM is done: stmatrix in, 16-byte rows out.
+  // BackwardSplit::kHeadDim: the block's 64 keys, half of the step's queries for S^T and dP^T,
+  // half of the head dim for dV, dK and dQ.
+  template <class Dk, class Dv>
+  CUTE_DEVICE static void steps_split_head_dim(BackwardParams const& p, SharedStorage& smem,
+                                               Pipeline& pipe, Work const& work, int thread, Dk& dk,
+                                               Dv& dv) {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+    Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
+    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
+    Tensor sPt = make_tensor(make_smem_ptr(smem.step.pt.data()), typename Traits::SmemLayoutPt{});
+
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaDkv mma_dkv;
+    typename Traits::TiledMmaDq mma_dq;
+    auto thr_sdp = mma_sdp.get_thread_slice(thread);
+    auto thr_dkv = mma_dkv.get_thread_slice(thread);
+    auto thr_dq = mma_dq.get_thread_slice(thread);
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stages)
+    Tensor tPrV = thr_sdp.partition_fragment_A(sV);
+    Tensor tPrdO = thr_sdp.partition_fragment_B(sdO);
+    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);  // (MMA, MMA_M, MMA_K, buffers)
+    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
+    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
+    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
+    Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
+    MaskedBlocks const masked =
+        work.mask.template masked_query_blocks<kBlockM, kBlockN>(work.n_block);
+
+    // P^T and dS^T leave registers by stmatrix: 16 bytes of 8 consecutive queries of one key.
+    auto stage_st = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto thr_stage_st = stage_st.get_thread_slice(thread);
+    Tensor tPsPt = thr_stage_st.partition_D(sPt);  // (CPY, CPY_M, CPY_N, buffers)
+    Tensor tdSsdS = thr_stage_st.partition_D(sdSt);
+
+    // A step ends with dV's and dK's GEMMs running under dQ's atomics and the next step's first
+    // GEMMs; its Q/dO stage is released once the next step's wait shows them done. P^T and dS^T
+    // alternate between two buffers: a step writes one after its first wait, which shows this
+    // warpgroup's last reads of the other done, and the barrier before the reads shows the other
+    // warpgroup's.
+    PipelineState state, previous;
+    int m_block = work.blocks.begin;
+    for (int step = 0; step < work.steps; ++step) {
+      int const stage = state.index(), buffer = step & 1;
+      pipe.consumer_wait(state);
+      auto const lse = column_lse(smem, stage, coords);
+      Tensor s = partition_fragment_C(mma_sdp, TileS{});
+      Tensor dp = partition_fragment_C(mma_sdp, TileS{});
+      warpgroup_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), s);
+      warpgroup_gemm<true, -1>(mma_sdp, tPrV, tPrdO(_, _, _, stage), dp);
+      warpgroup_wait<1>();  // S, and the last step's dV and dK
+      warpgroup_fence_operand(s);
+      warpgroup_fence_operand(dk);
+      warpgroup_fence_operand(dv);
+      if (step > 0) pipe.consumer_release(previous);
+
+      Tensor s_rc = rowcol_view(s);
+      probabilities(p, work, masked, m_block, s_rc, coords, lse);
+      Tensor pt = convert_fragment<Element>(s);
+      copy(stage_st, thr_stage_st.retile_S(pt), tPsPt(_, _, _, buffer));
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(dp);
+      Tensor dp_rc = rowcol_view(dp);
+      score_gradients(smem, stage, s_rc, dp_rc, coords);
+      Tensor dst = convert_fragment<Element>(dp);
+      copy(stage_st, thr_stage_st.retile_S(dst), tdSsdS(_, _, _, buffer));
+
+      // Every query of P^T and dS^T in shared memory: dQ first, so that its atomics overlap dV's
+      // and dK's GEMMs.
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+      Tensor dq = partition_fragment_C(mma_dq, TileDq{});
+      warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
+      warpgroup_gemm<false, -1>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdO(_, _, _, stage), dv);
+      warpgroup_gemm<false, -1>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQ(_, _, _, stage), dk);
+      warpgroup_wait<2>();  // dQ
+      warpgroup_fence_operand(dq);
+      add_dq(p, work, step, dq, thread);
+      previous = state;
+      ++state;
+      if (++m_block == work.blocks.end) m_block = work.blocks.begin;  // the next query head
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(dk);
+    warpgroup_fence_operand(dv);
+    if (work.steps > 0) pipe.consumer_release(previous);
+  }
+
+  // dK (scaled: it is the gradient of the scaled scores' keys) and dV leave through the K and V
+  // buffers, free once every warpgroup's last GEMM is done: stmatrix in, 16-byte rows out.
+  template <class Dk, class Dv>
+  CUTE_DEVICE static void store_gradients(BackwardParams const& p, SharedStorage& smem,
+                                          Work const& work, int thread, Dk& dk, Dv const& dv) {
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+    typename Traits::TiledMmaDkv mma_dkv;
     CUTE_UNROLL
     for (int i = 0; i < size(dk); ++i) dk(i) *= p.softmax_scale;
     cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
@@ -374,6 +528,7 @@ struct BackwardKernel {
                                     make_stride(row_stride, _1{})),
                         TileKV{}, make_coord(work.n_block, 0));
     };
+    int const key_rows = work.seq.seqlen_k - work.n_block * kBlockN;
     sm80::copy_tile_out(gmem_out, thr_out.partition_S(sK),
                         thr_out.partition_D(gradient_block(p.dk, p.dk_batch_stride, p.dk_row_stride,
                                                            p.dk_head_stride)),
@@ -384,6 +539,21 @@ struct BackwardKernel {
                         coords_out, col_ok, key_rows);
   }
 
+  // kHeadDim: this thread's dQ values added to the step's accumulator block, value 4 j .. 4 j + 3
+  // to float4 j * kConsumerThreads + thread (the register order dq_from_fragments_kernel reads).
+  template <class Dq>
+  CUTE_DEVICE static void add_dq(BackwardParams const& p, Work const& work, int step, Dq const& dq,
+                                 int thread) {
+    static_assert(decltype(size(dq))::value % 4 == 0);
+    float4* const dst = reinterpret_cast<float4*>(
+        dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step)));
+    CUTE_UNROLL
+    for (int j = 0; j < size(dq) / 4; ++j) {
+      atomicAdd(dst + j * kConsumerThreads + thread,
+                make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3)));
+    }
+  }
+
   static constexpr int kDqBarrierThreads = kConsumerThreads + 32;  // and the writer warp
 
   // Value 4 j .. 4 j + 3 of consumer thread t go to float4 j * kConsumerThreads + t.
@@ -391,7 +561,7 @@ struct BackwardKernel {
   CUTE_DEVICE static void stage_dq(SharedStorage& smem, Dq const& dq, int thread) {
     static_assert(decltype(size(dq))::value % 4 == 0);
     cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
-    float4* const dst = reinterpret_cast<float4*>(smem.dq);
+    float4* const dst = reinterpret_cast<float4*>(smem.step.dq);
     CUTE_UNROLL
     for (int j = 0; j < size(dq) / 4; ++j) {
       dst[j * kConsumerThreads + thread] =
@@ -412,7 +582,7 @@ struct BackwardKernel {
       if (leader) {
         float* const dst =
             dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step));
-        uint32_t const src = cute::cast_smem_ptr_to_uint(smem.dq);
+        uint32_t const src = cute::cast_smem_ptr_to_uint(smem.step.dq);
         asm volatile(
             "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
                 dst),
@@ -429,6 +599,14 @@ struct BackwardKernel {
   }
 };
 
+// dQ's post-pass: one accumulator block in row order in (dynamic) shared memory, rows padded by 4
+// floats so that the pairs a warp writes land in distinct banks.
+template <class Kernel>
+struct DqPostPass {
+  static constexpr int kRowFloats = Kernel::Traits::kHeadDim + 4;
+  static constexpr int kSmemBytes = Kernel::Traits::kBlockM * kRowFloats * int(sizeof(float));
+};
+
 // dQ from its accumulator blocks (BackwardKernel::dq_block, register order): each block goes
 // through shared memory into row order, scaled by softmax_scale, and leaves in 16-byte vectors of
 // the input type (rows of the sequence, columns below head_dim). Grid: (query blocks, heads,
@@ -441,8 +619,8 @@ __global__ void __launch_bounds__(Kernel::kConsumerThreads)
   constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
   constexpr int kThreads = Traits::kConsumerThreads;
   using TileDq = Shape<Int<kBlockM>, Int<kHeadDim>>;
-  // Rows padded by 4 floats: the pairs a warp writes land in distinct banks.
-  __shared__ alignas(16) float tile[kBlockM][kHeadDim + 4];
+  extern __shared__ float4 tile_raw[];
+  auto tile = reinterpret_cast<float(*)[DqPostPass<Kernel>::kRowFloats]>(tile_raw);
   int const m_block = blockIdx.x, head = blockIdx.y, thread = threadIdx.x;
   SequenceInfo<> const seq(p.sequences(), int(blockIdx.z));
   int const row0 = m_block * kBlockM;
