@@ -3,7 +3,9 @@
 backward beside cuDNN's and FlashAttention-2's (SDPA), per row, for tuning the backward.
 
 Usage: python3 bench/bwd_kernels.py [--rows B:S:H:D[:HK][:causal],...] [--family auto|sm80|sm90]
-(bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks)
+       [--deterministic] [--peers | --no-peers]
+(bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks; --deterministic adds
+our deterministic call as a row of its own)
 """
 
 import argparse
@@ -53,6 +55,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--family", default="auto")
+    parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                        help="time cuDNN's and FlashAttention-2's backward too")
     args = parser.parse_args()
     for text in args.rows.split(","):
         b, s, h, d, hk, causal = parse_row(text)
@@ -66,9 +71,12 @@ def main():
         out, lse = flashcute.forward(q, k, v, causal=causal, return_lse=True, family=args.family)
         impls = {"ours": lambda: flashcute.backward(dout, q, k, v, out, lse, causal=causal,
                                                     family=args.family)}
+        if args.deterministic:
+            impls["ours deterministic"] = lambda: flashcute.backward(
+                dout, q, k, v, out, lse, causal=causal, family=args.family, deterministic=True)
         leaves = [t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v)]
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
-                              ("flash", SDPBackend.FLASH_ATTENTION)):
+        peers = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION))
+        for name, backend in peers if args.peers else ():
             with sdpa_kernel(backend):
                 o = F.scaled_dot_product_attention(*leaves, is_causal=causal,
                                                    enable_gqa=h != hk)

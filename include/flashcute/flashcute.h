@@ -93,8 +93,9 @@ fc_status fc_forward(const fc_forward_args* args);
  * the shapes and `deterministic` alone), and workspace points at that many bytes of device memory
  * on the tensors' device, 256-byte aligned, that nothing else uses until the call's work on
  * `stream` is done. Without `deterministic`, dq is summed with fp32 atomics, whose order varies;
- * with it, every gradient is bitwise identical run to run (a separate dq pass recomputes the
- * scores: about 1.4x the matrix work). */
+ * with it, every gradient is bitwise identical run to run (the sm90 family, head_dim <= 128:
+ * each dq block adds its key blocks in a fixed order; the SM80 family: a separate dq pass
+ * recomputes the scores, about 1.4x the matrix work). */
 typedef struct {
   int32_t abi_version; /* FC_ABI_VERSION */
   fc_tensor q, k, v, o, dout;
@@ -115,7 +116,7 @@ typedef struct {
   int64_t alibi_batch_stride;
   int32_t deterministic; /* 0 or 1 */
   /* fc_kernel_family. AUTO: the sm90 family on a compute capability 9.0 device where it takes the
-   * problem (head_dim <= 128, no softcap, ALiBi or deterministic), else the SM80 family. */
+   * problem (no softcap or ALiBi; deterministic up to head_dim 128), else the SM80 family. */
   int32_t family;
   void* workspace; /* fc_backward_workspace_size bytes; NULL when that size is 0 */
   uint64_t workspace_bytes;

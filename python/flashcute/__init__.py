@@ -134,10 +134,11 @@ def backward(dout, q, k, v, out, softmax_lse, *, cu_seqlens_q=None, cu_seqlens_k
     (heads, total_q) for varlen. dout has out's shape and dtype and may have any strides q may.
     The gradients are new contiguous arrays shaped and typed like q, k and v (dk and dv of a KV
     head summed over its query heads); rows that see no key get zero. softcap and ALiBi slopes
-    get no gradient. deterministic=True: bitwise-identical gradients run to run (dq without
-    atomics, at about 1.4x the matrix work). family="auto" runs the SM90 family on an H100/H200
-    where it takes the call (head_dim <= 128, no softcap, ALiBi or deterministic), else the SM80
-    family; a forced family that does not take the call raises UnsupportedError. For torch
+    get no gradient. deterministic=True: bitwise-identical gradients run to run (the SM90 family,
+    head_dim <= 128: each dq block sums its key blocks in a fixed order; the SM80 family: dq
+    without atomics, at about 1.4x the matrix work). family="auto" runs the SM90 family on an
+    H100/H200 where it takes the call (no softcap or ALiBi; deterministic up to head_dim 128),
+    else the SM80 family; a forced family that does not take the call raises UnsupportedError. For torch
     tensors this is the custom op torch.ops.flashcute.bwd, which autograd calls; it has no
     gradient of its own.
     """

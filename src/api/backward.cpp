@@ -49,7 +49,8 @@ Status select_backward(const BackwardArgs& a, const BackwardParams& params,
     } else if (match->supports != nullptr && !match->supports(params)) {
       refuse(std::string(name) +
              ": this combination of features is not supported by the family's backward "
-             "(deterministic, softcap, ALiBi, empty sequences or unaligned tensors)");
+             "(softcap, ALiBi, deterministic at head_dim > 128, empty sequences or unaligned "
+             "tensors)");
     } else if (match->smem_bytes > device.max_smem_per_block) {
       refuse(std::string(name) + ": the backward kernel for head_dim " +
              std::to_string(match->head_dim) + " needs " + std::to_string(match->smem_bytes) +
@@ -100,8 +101,9 @@ Status backward(const BackwardArgs& args) {
     params.padded_rows = PaddedRows::total(params.total_q, params.batch);
     params.lse_log2_padded = stats;
     params.dout_dot_out_padded = stats + params.heads * params.padded_rows;
-    params.dq_accum =
-        params.deterministic ? nullptr : reinterpret_cast<float*>(base + layout.dq_accum_offset);
+    params.dq_accum = reinterpret_cast<float*>(base + layout.dq_accum_offset);
+    params.dq_turns =
+        params.deterministic ? reinterpret_cast<int*>(base + layout.dq_turns_offset) : nullptr;
   }
 
   int device = -1;

@@ -34,10 +34,13 @@ struct BackwardWorkspace {
   // fp32 row statistics: heads * total_q (SM80 family's dout_dot_out) or 2 * heads * PaddedRows
   // (the Hopper family's LSE and dout_dot_out), whichever is larger.
   uint64_t row_stats_offset;
-  // fp32 dq sums, absent when deterministic: total_q * heads * head_dim (the SM80 family's
-  // (token, head, column) layout) or heads * PaddedRows * the Hopper bucket's width (that
-  // family's whole blocks in its MMA's register order), whichever is larger.
+  // fp32 dq sums: total_q * heads * head_dim (the SM80 family's (token, head, column) layout,
+  // unused when deterministic) or heads * PaddedRows * the Hopper bucket's width (that family's
+  // whole blocks in its MMA's register order), whichever is larger.
   uint64_t dq_accum_offset;
+  // Deterministic only: one int per 64 padded rows of each head, the Hopper family's turns of
+  // the key blocks adding to a dQ block.
+  uint64_t dq_turns_offset;
   uint64_t bytes;  // the whole workspace
 };
 
@@ -51,16 +54,19 @@ constexpr int64_t hopper_backward_bucket(int64_t head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
 }
 
+// Rows per dQ turn: the Hopper backward's query block.
+constexpr int kDqTurnRows = 64;
+
 constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64_t heads,
                                                int64_t head_dim, bool deterministic) {
   int64_t const padded = PaddedRows::total(total_q, batch);
   uint64_t const stats = round_up_256(larger(heads * total_q, 2 * heads * padded) * sizeof(float));
-  uint64_t const accum =
-      deterministic ? 0
-                    : round_up_256(larger(total_q * heads * head_dim,
-                                          heads * padded * hopper_backward_bucket(head_dim)) *
-                                   sizeof(float));
-  return {0, stats, stats + accum};
+  uint64_t const accum = round_up_256(
+      larger(total_q * heads * head_dim, heads * padded * hopper_backward_bucket(head_dim)) *
+      sizeof(float));
+  uint64_t const turns =
+      deterministic ? round_up_256(heads * (padded / kDqTurnRows) * sizeof(int)) : 0;
+  return {0, stats, stats + accum, stats + accum + turns};
 }
 
 }  // namespace flashcute

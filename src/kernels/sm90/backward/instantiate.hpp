@@ -27,12 +27,13 @@ using DefaultBackwardTraits =
     std::conditional_t<kHeadDim <= 128, BackwardTraits<Element, kHeadDim, 64, 128, 2>,
                        BackwardTraits<Element, kHeadDim, 64, 64, 2, BackwardSplit::kHeadDim>>;
 
-// TMA (Q, dO) and 16-byte cp.async (K, V) need 16-byte aligned bases and strides. Deterministic
-// gradients, softcap, ALiBi, and problems without queries or keys run on the SM80 family.
+// TMA (Q, dO) and 16-byte cp.async (K, V) need 16-byte aligned bases and strides. Softcap, ALiBi,
+// deterministic gradients at head dim 256 (whose dQ atomics have no order) and problems without
+// queries or keys run on the SM80 family.
 template <class Traits>
 bool supports_backward(const BackwardParams& p) {
   bool const packed = p.cu_seqlens_q != nullptr;
-  if (p.deterministic || has_softcap_or_alibi(p)) return false;
+  if (has_softcap_or_alibi(p) || (p.deterministic && Traits::kSplitHeadDim)) return false;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return false;
   if (p.batch <= 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return false;
   if (packed && (p.cu_seqlens_k == nullptr || p.total_q <= 0 || p.total_q > INT_MAX)) return false;
@@ -56,6 +57,12 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   cudaError_t err = cudaMemsetAsync(
       p.dq_accum, 0, size_t(p.heads) * p.padded_rows * Traits::kHeadDim * sizeof(float), stream);
   if (err != cudaSuccess) return err;
+  if (p.deterministic) {
+    static_assert(Traits::kBlockM == kDqTurnRows);
+    err = cudaMemsetAsync(p.dq_turns, 0,
+                          size_t(p.heads) * (p.padded_rows / kDqTurnRows) * sizeof(int), stream);
+    if (err != cudaSuccess) return err;
+  }
   rows::dout_dot_out_kernel<Element, true>
       <<<rows::padded_row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
 

@@ -571,7 +571,27 @@ struct BackwardKernel {
     cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
   }
 
-  // The writer warp: each step's staged dQ added to its block of the accumulator.
+  // Deterministic: the key blocks that add to query block m_block form a contiguous range (both
+  // ends of a key block's query range grow with the block), and every block of it below n_block
+  // sees m_block iff its range ends past it. The first one, by bisection over the same rule the
+  // adding CTAs use, so that a turn is never waited for that no CTA takes.
+  CUTE_DEVICE static int first_key_block(Work const& work, int m_block) {
+    int lo = 0, hi = work.n_block;
+    while (lo < hi) {
+      int const mid = (lo + hi) / 2;
+      if (work.mask.template query_blocks<kBlockM, kBlockN>(mid).end > m_block) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+
+  // The writer warp: each step's staged dQ added to its block of the accumulator. Deterministic:
+  // the key blocks of a dQ block add in key-block order, each after the one before has finished
+  // (its turn counter, released once the reduction is complete). A CTA waits only for CTAs of
+  // lower blockIdx.x, launched before it, so the waits cannot cycle.
   CUTE_DEVICE static void write_dq(BackwardParams const& p, SharedStorage& smem, Work const& work) {
     bool const leader = threadIdx.x % 32 == 0;
     if (work.steps > 0) {
@@ -580,8 +600,21 @@ struct BackwardKernel {
     for (int step = 0; step < work.steps; ++step) {
       cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
       if (leader) {
-        float* const dst =
-            dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step));
+        int const m_block = work.m_block(step);
+        float* const dst = dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), m_block);
+        int* turn = nullptr;
+        if (p.deterministic) {
+          turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
+          int const mine = work.n_block - first_key_block(work, m_block);
+          int taken;
+          do {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
+                         : "=r"(taken)
+                         : "l"(turn)
+                         : "memory");
+          } while (taken != mine);
+          asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction comes after
+        }
         uint32_t const src = cute::cast_smem_ptr_to_uint(smem.step.dq);
         asm volatile(
             "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
@@ -589,7 +622,14 @@ struct BackwardKernel {
             "r"(src), "n"(kBlockM * kHeadDim * int(sizeof(float)))
             : "memory");
         cute::tma_store_arrive();
-        cute::tma_store_wait<0>();  // the buffer has been read
+        if (turn != nullptr) {
+          // Complete (its writes done, not only its reads of the buffer), then the next turn.
+          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+          asm volatile("fence.proxy.async.global;" ::: "memory");
+          asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
+        } else {
+          cute::tma_store_wait<0>();  // the buffer has been read
+        }
       }
       __syncwarp();
       if (step + 1 < work.steps) {
