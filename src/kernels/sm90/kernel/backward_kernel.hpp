@@ -112,7 +112,7 @@ struct BackwardKernel {
     int steps;
 
     CUTE_DEVICE Work(BackwardParams const& p)
-        : n_block(int(blockIdx.x)),
+        : n_block(turns_descend(p) ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)),
           head_kv(int(blockIdx.y)),
           seq(p.sequences(), int(blockIdx.z)),
           mask(seq.seqlen_q, seq.seqlen_k, p.bottom_right, p.window_left, p.window_right),
@@ -571,11 +571,35 @@ struct BackwardKernel {
     cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
   }
 
-  // Deterministic: the key blocks that add to query block m_block form a contiguous range (both
-  // ends of a key block's query range grow with the block), and every block of it below n_block
-  // sees m_block iff its range ends past it. The first one, by bisection over the same rule the
-  // adding CTAs use, so that a turn is never waited for that no CTA takes.
-  CUTE_DEVICE static int first_key_block(Work const& work, int m_block) {
+  // Deterministic: the key blocks that add to a dQ block take turns in key-block order. Both ends
+  // of a key block's query range grow with the block, so those of query block m_block are a
+  // contiguous range. With a right edge a higher key block starts at a later query block and
+  // reaches each block first: the turns go from the highest key block down, and CTAs launch in
+  // that order (blockIdx.x counts from the last key block). Otherwise every key block starts at
+  // block 0 and the turns go up. Either way a CTA waits only for CTAs launched before it.
+  CUTE_HOST_DEVICE static bool turns_descend(BackwardParams const& p) {
+    return p.deterministic && p.window_right >= 0;
+  }
+
+  // This CTA's turn at m_block: its distance from the range's first key block in turn order,
+  // found by bisection over the rule the adding CTAs themselves use (query_blocks), so that no
+  // turn is waited for that no CTA takes.
+  CUTE_DEVICE static int dq_turn(BackwardParams const& p, Work const& work, int m_block) {
+    if (turns_descend(p)) {
+      // The last key block of the sequence whose range begins at or before m_block (its range
+      // ends past it: the ends grow too).
+      int lo = work.n_block, hi = (work.seq.seqlen_k + kBlockN - 1) / kBlockN - 1;
+      while (lo < hi) {
+        int const mid = (lo + hi + 1) / 2;
+        if (work.mask.template query_blocks<kBlockM, kBlockN>(mid).begin <= m_block) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      return lo - work.n_block;
+    }
+    // The first key block whose range ends past m_block (its range begins at or before it).
     int lo = 0, hi = work.n_block;
     while (lo < hi) {
       int const mid = (lo + hi) / 2;
@@ -585,13 +609,12 @@ struct BackwardKernel {
         lo = mid + 1;
       }
     }
-    return lo;
+    return work.n_block - lo;
   }
 
   // The writer warp: each step's staged dQ added to its block of the accumulator. Deterministic:
-  // the key blocks of a dQ block add in key-block order, each after the one before has finished
-  // (its turn counter, released once the reduction is complete). A CTA waits only for CTAs of
-  // lower blockIdx.x, launched before it, so the waits cannot cycle.
+  // each in its turn (dq_turn), after the one before has finished (the block's turn counter,
+  // released once the reduction is complete).
   CUTE_DEVICE static void write_dq(BackwardParams const& p, SharedStorage& smem, Work const& work) {
     bool const leader = threadIdx.x % 32 == 0;
     if (work.steps > 0) {
@@ -605,7 +628,7 @@ struct BackwardKernel {
         int* turn = nullptr;
         if (p.deterministic) {
           turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
-          int const mine = work.n_block - first_key_block(work, m_block);
+          int const mine = dq_turn(p, work, m_block);
           int taken;
           do {
             asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
