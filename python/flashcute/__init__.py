@@ -138,9 +138,9 @@ def backward(dout, q, k, v, out, softmax_lse, *, cu_seqlens_q=None, cu_seqlens_k
     head_dim <= 128: each dq block sums its key blocks in a fixed order; the SM80 family: dq
     without atomics, at about 1.4x the matrix work). family="auto" runs the SM90 family on an
     H100/H200 where it takes the call (no softcap or ALiBi; deterministic up to head_dim 128),
-    else the SM80 family; a forced family that does not take the call raises UnsupportedError. For torch
-    tensors this is the custom op torch.ops.flashcute.bwd, which autograd calls; it has no
-    gradient of its own.
+    else the SM80 family; a forced family that does not take the call raises UnsupportedError.
+    For torch tensors this is the custom op torch.ops.flashcute.bwd, which autograd calls; it
+    has no gradient of its own.
     """
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
