@@ -300,11 +300,9 @@ struct BackwardKernel {
     }
   }
 
-  // BackwardSplit::kKeys: this warpgroup's 64 keys, every query of the step.
-  template <class Dk, class Dv>
-  CUTE_DEVICE static void steps_split_keys(BackwardParams const& p, SharedStorage& smem,
-                                           Pipeline& pipe, Work const& work, int thread, Dk& dk,
-                                           Dv& dv) {
+  // The wgmma operands in shared memory that both step loops read: K and V for S^T and dP^T,
+  // Q and dO (one per stage) for S^T, dP^T, dV and dK, dS and K^T for dQ.
+  CUTE_DEVICE static auto step_operands(SharedStorage& smem, int thread) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
     Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
@@ -313,25 +311,31 @@ struct BackwardKernel {
     Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
     Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
-    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
+    auto thr_sdp = typename Traits::TiledMmaSdP{}.get_thread_slice(thread);
+    auto thr_dkv = typename Traits::TiledMmaDkv{}.get_thread_slice(thread);
+    auto thr_dq = typename Traits::TiledMmaDq{}.get_thread_slice(thread);
+    return cute::make_tuple(thr_sdp.partition_fragment_A(sK),
+                            thr_sdp.partition_fragment_B(sQ),  // (MMA, MMA_N, MMA_K, stages)
+                            thr_sdp.partition_fragment_A(sV), thr_sdp.partition_fragment_B(sdO),
+                            thr_dkv.partition_fragment_B(sdOt), thr_dkv.partition_fragment_B(sQt),
+                            thr_dq.partition_fragment_A(sdS),  // (MMA, MMA_M, MMA_K, buffers)
+                            thr_dq.partition_fragment_B(sKt));
+  }
 
+  // BackwardSplit::kKeys: this warpgroup's 64 keys, every query of the step.
+  template <class Dk, class Dv>
+  CUTE_DEVICE static void steps_split_keys(BackwardParams const& p, SharedStorage& smem,
+                                           Pipeline& pipe, Work const& work, int thread, Dk& dk,
+                                           Dv& dv) {
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaDkv mma_dkv;
     typename Traits::TiledMmaDq mma_dq;
-    auto thr_sdp = mma_sdp.get_thread_slice(thread);
-    auto thr_dkv = mma_dkv.get_thread_slice(thread);
-    auto thr_dq = mma_dq.get_thread_slice(thread);
-    Tensor tSrK = thr_sdp.partition_fragment_A(sK);
-    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stages)
-    Tensor tPrV = thr_sdp.partition_fragment_A(sV);
-    Tensor tPrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
-    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffers)
-    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-    Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
+    auto [tSrK, tSrQ, tPrV, tPrdO, tdVrdO, tdKrQ, tdQrdS, tdQrK] = step_operands(smem, thread);
+    Tensor coords =
+        rowcol_view(mma_sdp.get_thread_slice(thread).partition_C(make_identity_tensor(TileS{})));
     MaskedBlocks const masked =
         work.mask.template masked_query_blocks<kBlockM, kBlockN>(work.n_block);
+    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
 
     // dS^T leaves registers by stmatrix: 16 bytes of 8 consecutive queries of one key per row.
     auto stage_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
@@ -395,36 +399,19 @@ struct BackwardKernel {
   CUTE_DEVICE static void steps_split_head_dim(BackwardParams const& p, SharedStorage& smem,
                                                Pipeline& pipe, Work const& work, int thread, Dk& dk,
                                                Dv& dv) {
-    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
-    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-    Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
-    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
-    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
-    Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
-    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
-    Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDs{});
-    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
-    Tensor sPt = make_tensor(make_smem_ptr(smem.step.pt.data()), typename Traits::SmemLayoutPt{});
-
     typename Traits::TiledMmaSdP mma_sdp;
     typename Traits::TiledMmaDkv mma_dkv;
     typename Traits::TiledMmaDq mma_dq;
-    auto thr_sdp = mma_sdp.get_thread_slice(thread);
-    auto thr_dkv = mma_dkv.get_thread_slice(thread);
-    auto thr_dq = mma_dq.get_thread_slice(thread);
-    Tensor tSrK = thr_sdp.partition_fragment_A(sK);
-    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stages)
-    Tensor tPrV = thr_sdp.partition_fragment_A(sV);
-    Tensor tPrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);  // (MMA, MMA_M, MMA_K, buffers)
-    Tensor tdVrdO = thr_dkv.partition_fragment_B(sdOt);
-    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
-    Tensor tdKrQ = thr_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
-    Tensor tdQrK = thr_dq.partition_fragment_B(sKt);
-    Tensor coords = rowcol_view(thr_sdp.partition_C(make_identity_tensor(TileS{})));
+    auto [tSrK, tSrQ, tPrV, tPrdO, tdVrdO, tdKrQ, tdQrdS, tdQrK] = step_operands(smem, thread);
+    Tensor coords =
+        rowcol_view(mma_sdp.get_thread_slice(thread).partition_C(make_identity_tensor(TileS{})));
     MaskedBlocks const masked =
         work.mask.template masked_query_blocks<kBlockM, kBlockN>(work.n_block);
+    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutDst{});
+    Tensor sPt = make_tensor(make_smem_ptr(smem.step.pt.data()), typename Traits::SmemLayoutPt{});
+    auto thr_dkv = mma_dkv.get_thread_slice(thread);
+    Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);  // (MMA, MMA_M, MMA_K, buffers)
+    Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
 
     // P^T and dS^T leave registers by stmatrix: 16 bytes of 8 consecutive queries of one key.
     auto stage_st = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
