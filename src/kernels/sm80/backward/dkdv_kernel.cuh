@@ -5,6 +5,9 @@
 //   wait for Q and dO (and start loading the next pair's); S, dP, P and dS (score_gradients);
 //   dV += P^T dO; dK += dS^T Q; with kAccumulateDq, dQ = dS K added to the fp32 accumulator with
 //   atomics (the deterministic path computes dQ in dq_kernel instead).
+// The atomic kernel is compiled twice: the plain one (kPlain) serves launches without score
+// modifiers whose head_dim fills the padded bucket, with no modifier pass and no column
+// predicate in its main loop; the other serves everything.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -21,7 +24,7 @@
 
 namespace flashcute::sm80::backward {
 
-template <class Traits, bool kAccumulateDq>
+template <class Traits, bool kAccumulateDq, bool kPlain>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     dkdv_kernel(const __grid_constant__ BackwardParams params) {
   using namespace cute;
@@ -43,9 +46,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                            params.window_right);
   BlockRange const blocks = mask.query_blocks<kBlockM, kBlockN>(n_block);
   MaskedBlocks const masked = mask.masked_query_blocks<kBlockM, kBlockN>(n_block);
-  int const blocks_per_head = max(blocks.end - blocks.begin, 0);
   int const group = params.heads_per_kv_head;
-  int const steps = blocks_per_head * group;
+  int const steps = max(blocks.end - blocks.begin, 0) * group;
 
   extern __shared__ char smem[];
   Element* const base = reinterpret_cast<Element*>(smem);
@@ -92,25 +94,41 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   Tensor tKVcKV = gmem_thr.partition_S(make_identity_tensor(TileKV{}));
   Tensor col_ok = make_tensor<bool>(make_shape(size<2>(tQcQ)));
   CUTE_UNROLL
-  for (int k = 0; k < size(col_ok); ++k) col_ok(k) = int(get<1>(tQcQ(0, 0, k))) < params.head_dim;
+  for (int k = 0; k < size(col_ok); ++k) {
+    col_ok(k) = kPlain || int(get<1>(tQcQ(0, 0, k))) < params.head_dim;
+  }
 
-  // Step i: query head and query block.
-  const auto head_of = [&](int i) { return head_kv * group + i / blocks_per_head; };
-  const auto m_block_of = [&](int i) { return blocks.begin + i % blocks_per_head; };
-  const auto load_query_pair = [&](int i, int stage) {
-    int const head = head_of(i), m_block = m_block_of(i);
-    int const rows = seq.seqlen_q - m_block * kBlockM;
-    copy_tile_in<true>(
-        gmem_copy,
-        gmem_thr.partition_S(query_tile(params.q, params.q_batch_stride, params.q_row_stride,
-                                        params.q_head_stride, head, m_block)),
-        gmem_thr.partition_D(sQ(stage)), tQcQ, col_ok, rows);
-    copy_tile_in<true>(gmem_copy,
-                       gmem_thr.partition_S(query_tile(params.dout, params.dout_batch_stride,
-                                                       params.dout_row_stride,
-                                                       params.dout_head_stride, head, m_block)),
-                       gmem_thr.partition_D(sdO(stage)), tQcQ, col_ok, rows);
+  // The steps visit the query blocks of one query head in order, then those of the next head;
+  // the cursor advances by a compare rather than a division per step.
+  struct Cursor {
+    int head, m_block;
   };
+  const auto advance = [&](Cursor c) {
+    return ++c.m_block == blocks.end ? Cursor{c.head + 1, blocks.begin} : c;
+  };
+  const auto load_query_pair = [&](Cursor c, int stage) {
+    int const rows = seq.seqlen_q - c.m_block * kBlockM;
+    const auto load = [&](auto check_rows) {
+      constexpr bool kCheckRows = decltype(check_rows)::value;
+      copy_tile_in<kCheckRows>(
+          gmem_copy,
+          gmem_thr.partition_S(query_tile(params.q, params.q_batch_stride, params.q_row_stride,
+                                          params.q_head_stride, c.head, c.m_block)),
+          gmem_thr.partition_D(sQ(stage)), tQcQ, col_ok, rows);
+      copy_tile_in<kCheckRows>(gmem_copy,
+                               gmem_thr.partition_S(query_tile(
+                                   params.dout, params.dout_batch_stride, params.dout_row_stride,
+                                   params.dout_head_stride, c.head, c.m_block)),
+                               gmem_thr.partition_D(sdO(stage)), tQcQ, col_ok, rows);
+    };
+    // Only the sequence's last query block has rows to zero-fill.
+    if (rows >= kBlockM) {
+      load(cute::false_type{});
+    } else {
+      load(cute::true_type{});
+    }
+  };
+  Cursor const first{head_kv * group, blocks.begin};
 
   typename Traits::TiledMmaDkv mma_kv;
   auto thr_kv = mma_kv.get_thread_slice(tid);
@@ -125,7 +143,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
                        col_ok, key_rows);
     copy_tile_in<true>(gmem_copy, gmem_thr.partition_S(gV), gmem_thr.partition_D(sV), tKVcKV,
                        col_ok, key_rows);
-    if constexpr (kStages > 1) load_query_pair(0, 0);
+    if constexpr (kStages > 1) load_query_pair(first, 0);
     cp_async_fence();
   }
 
@@ -141,20 +159,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   auto thr_copy_kv_a = copy_kv_a.get_thread_slice(tid);
   auto thr_copy_kv_b = copy_kv_b.get_thread_slice(tid);
 
-  const auto step = [&](int i, auto masked_step) __attribute__((always_inline)) {
+  const auto step = [&](int i, Cursor c, Cursor next, auto masked_step)
+      __attribute__((always_inline)) {
     constexpr bool kMasked = decltype(masked_step)::value;
     int const stage = kStages > 1 ? i % kStages : 0;
-    int const head = head_of(i), m_block = m_block_of(i);
-    int const row0 = m_block * kBlockM;
+    int const head = c.head;
+    int const row0 = c.m_block * kBlockM;
     cp_async_wait<0>();
     __syncthreads();  // this pair has landed; the last step no longer reads P, dS or the stage
     if constexpr (kStages > 1) {
       if (i + 1 < steps) {
-        load_query_pair(i + 1, (i + 1) % kStages);
+        load_query_pair(next, (i + 1) % kStages);
         cp_async_fence();
       }
     } else {
-      load_query_pair(i, 0);
+      load_query_pair(c, 0);
       cp_async_fence();
       cp_async_wait<0>();
       __syncthreads();
@@ -162,7 +181,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor sQi = sQ(stage);
     Tensor sdOi = sdO(stage);
     auto const stats = load_row_stats<Traits>(params, seq, head, row0);
-    ScoreTransform<true> const transform(params, blockIdx.z, head);  // ALiBi's slope is per head
+    ScoreTransform<!kPlain> const transform(params, blockIdx.z, head);  // ALiBi's slope is per head
     score_gradients<Traits, kMasked, true>(sQi, sK, sdOi, sV, sP, sdS, stats, transform, mask, row0,
                                            key_begin);
     __syncthreads();  // P and dS are in shared memory
@@ -171,18 +190,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor sQt = make_tensor(sQi.data(), typename Traits::SmemLayoutQt{});
     gemm_smem_smem(acc_dv, frag_pt, frag_qt, thr_copy_kv_a.partition_S(sPt),
                    thr_copy_kv_b.partition_S(sdOt), mma_kv, copy_kv_a, copy_kv_b);
+    // dQ's atomics before dK's GEMM, which runs while they drain: issued last, they held up the
+    // next step's barrier.
+    if constexpr (kAccumulateDq) {
+      accumulate_dq<Traits>(params, seq, head, c.m_block, sdS, sK);
+    }
     gemm_smem_smem(acc_dk, frag_pt, frag_qt, thr_copy_kv_a.partition_S(sdSt),
                    thr_copy_kv_b.partition_S(sQt), mma_kv, copy_kv_a, copy_kv_b);
-    if constexpr (kAccumulateDq) {
-      accumulate_dq<Traits>(params, seq, head, row0, sdS, sK);
-    }
   };
+  Cursor c = first;
   for (int i = 0; i < steps; ++i) {
-    if (masked.contains(m_block_of(i))) {
-      step(i, cute::true_type{});
+    Cursor const next = advance(c);
+    if (masked.contains(c.m_block)) {
+      step(i, c, next, cute::true_type{});
     } else {
-      step(i, cute::false_type{});
+      step(i, c, next, cute::false_type{});
     }
+    c = next;
   }
   cp_async_wait<0>();
 

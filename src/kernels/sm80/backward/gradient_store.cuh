@@ -28,36 +28,19 @@ __device__ void dq_gemm(Acc& acc, SmemDs const& sdS, SmemK const& sK) {
                  copy_b.get_thread_slice(tid).partition_S(sKt), mma, copy_a, copy_b);
 }
 
-// This query block's share of dQ / softmax_scale, added to the fp32 accumulator.
+// This query block's share of dQ / softmax_scale, added to its accumulator block
+// (Traits::DqBlocks, register order: no row or column needs a check, padding rows and columns
+// add zeros).
 template <class Traits, class SmemDs, class SmemK>
 __device__ void accumulate_dq(const BackwardParams& p, const SequenceInfo<>& seq, int head,
-                              int row0, SmemDs const& sdS, SmemK const& sK) {
+                              int m_block, SmemDs const& sdS, SmemK const& sK) {
   using namespace cute;
   using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
-  typename Traits::TiledMmaDq mma;
-  Tensor acc = partition_fragment_C(mma, TileQ{});
+  Tensor acc = partition_fragment_C(typename Traits::TiledMmaDq{}, TileQ{});
   clear(acc);
   dq_gemm<Traits>(acc, sdS, sK);
-  Tensor coords = mma.get_thread_slice(int(threadIdx.x)).partition_C(make_identity_tensor(TileQ{}));
-  float* const accum =
-      p.dq_accum + (int64_t(seq.batch) * p.seqlen_q + seq.q_start + row0) * p.dq_accum_row_stride +
-      int64_t(head) * p.head_dim;
-  int const rows = seq.seqlen_q - row0;
-  // An mma.sync accumulator holds column pairs: one 8-byte atomic each where the hardware has
-  // them (sm_90), which halves the atomics that dominate this kernel's memory traffic.
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    int const row = int(get<0>(coords(i))), col = int(get<1>(coords(i)));
-    if (row < rows && col < p.head_dim) {
-      float* const dst = accum + row * p.dq_accum_row_stride + col;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc(i), acc(i + 1)));
-#else
-      atomicAdd(dst, acc(i));
-      atomicAdd(dst + 1, acc(i + 1));
-#endif
-    }
-  }
+  using DqBlocks = typename Traits::DqBlocks;
+  DqBlocks::add(DqBlocks::block(p, seq, int(blockIdx.z), head, m_block), acc, int(threadIdx.x));
 }
 
 // Writes an fp32 accumulator of TiledMma over Tile to dst (row-major, row_stride) in the input

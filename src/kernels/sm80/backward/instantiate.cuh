@@ -1,9 +1,11 @@
 // Registers the SM80-family backward of one (dtype, head_dim bucket): the row kernels around it,
-// dkdv_kernel in both modes and the deterministic dq_kernel, behind one launch function. The
-// build generates one translation unit per (dtype, head_dim) that expands
-// FLASHCUTE_SM80_BACKWARD_INSTANTIATE (cmake/instantiate.cmake).
+// dkdv_kernel (atomic dQ, plain or general; or without dQ) and the deterministic dq_kernel,
+// behind one launch function. The build generates one translation unit per (dtype, head_dim)
+// that expands FLASHCUTE_SM80_BACKWARD_INSTANTIATE (cmake/instantiate.cmake).
 #pragma once
 
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/backward/row_kernels.cuh"
@@ -22,7 +24,7 @@ template <class Element, int kHeadDim>
 struct DefaultTraits;
 template <class Element>
 struct DefaultTraits<Element, 64> {
-  using type = BackwardTraits<Element, 64, 64, 64, 4, 4, 4, 2>;
+  using type = BackwardTraits<Element, 64, 64, 128, 2, 4, 4, 2>;
 };
 // 128 keys per block halve dQ's atomics and the Q/dO reloads against 64 keys.
 template <class Element>
@@ -35,13 +37,24 @@ struct DefaultTraits<Element, 256> {
   using type = BackwardTraits<Element, 256, 64, 32, 4, 2, 4, 1>;
 };
 
+template <class Traits, bool kAccumulateDq, bool kPlain>
+cudaError_t launch_dkdv(const BackwardParams& p, cudaStream_t stream) {
+  auto const kernel = dkdv_kernel<Traits, kAccumulateDq, kPlain>;
+  cudaError_t const err = allow_dynamic_smem<
+      std::tuple<Traits, std::bool_constant<kAccumulateDq>, std::bool_constant<kPlain>>>(
+      kernel, Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  return cudaSuccess;
+}
+
 template <class Traits>
 cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   cudaError_t err = cudaSuccess;
-  if (!p.deterministic) {
-    err = cudaMemsetAsync(p.dq_accum, 0, size_t(p.total_q) * p.dq_accum_row_stride * sizeof(float),
-                          stream);
+  if (!p.deterministic && p.seqlen_q > 0) {
+    err = flashcute::backward::clear_dq_blocks(p, Traits::kHeadDim, stream);
     if (err != cudaSuccess) return err;
   }
   dim3 const row_grid = flashcute::backward::row_kernel_grid(p);
@@ -50,13 +63,11 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
         <<<row_grid, flashcute::backward::kRowThreads, 0, stream>>>(p);
   }
   if (p.seqlen_k > 0) {
-    auto const kernel = p.deterministic ? dkdv_kernel<Traits, false> : dkdv_kernel<Traits, true>;
-    err = p.deterministic
-              ? allow_dynamic_smem<std::pair<Traits, std::false_type>>(kernel, Traits::kSmemBytes)
-              : allow_dynamic_smem<std::pair<Traits, std::true_type>>(kernel, Traits::kSmemBytes);
+    bool const plain = !has_score_modifiers(p) && p.head_dim == Traits::kHeadDim;
+    err = p.deterministic ? launch_dkdv<Traits, false, false>(p, stream)
+          : plain         ? launch_dkdv<Traits, true, true>(p, stream)
+                          : launch_dkdv<Traits, true, false>(p, stream);
     if (err != cudaSuccess) return err;
-    dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
-    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   }
   if (p.seqlen_q > 0) {
     if (p.deterministic) {
@@ -67,8 +78,8 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
       dim3 const grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
       kernel<<<grid, Traits::kNThreads, Traits::kSmemBytesDq, stream>>>(p);
     } else {
-      flashcute::backward::dq_from_accum_kernel<Element>
-          <<<row_grid, flashcute::backward::kRowThreads, 0, stream>>>(p);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      return flashcute::backward::launch_dq_from_fragments<typename Traits::DqBlocks>(p, stream);
     }
   }
   return cudaGetLastError();
@@ -77,6 +88,7 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
 template <class Element, int kHeadDim>
 void add_backward_kernels(BackwardKernelTable& table) {
   using Traits = typename DefaultTraits<Element, kHeadDim>::type;
+  static_assert(hopper_backward_bucket(kHeadDim) == kHeadDim, "the dQ workspace's block width");
   BackwardKernelEntry entry{};
   entry.family = FC_FAMILY_SM80;
   entry.dtype = dtype_of<Element>();

@@ -47,23 +47,28 @@ __device__ RowStats<ScoreTile<Traits>::kRows> load_row_stats(const BackwardParam
   using namespace cute;
   RowStats<ScoreTile<Traits>::kRows> stats;
   auto const coords = ScoreTile<Traits>::coords();
-  int64_t const base = seq.batch * p.lse_batch_stride + head * p.lse_head_stride + seq.q_start;
+  int64_t const base =
+      seq.batch * p.lse_batch_stride + head * p.lse_head_stride + seq.q_start + row0;
+  float const* const lse = p.lse + base;
+  float const* const dout_dot_out = p.dout_dot_out + base;
+  int const rows = seq.seqlen_q - row0;
   CUTE_UNROLL
   for (int r = 0; r < ScoreTile<Traits>::kRows; ++r) {
-    int const row = row0 + int(get<0>(coords(r, 0)));
-    bool const valid = row < seq.seqlen_q;
-    stats.lse_log2[r] = valid ? p.lse[base + row] * kLog2e : INFINITY;
-    stats.dout_dot_out[r] = valid ? p.dout_dot_out[base + row] : 0.f;
+    int const row = int(get<0>(coords(r, 0)));
+    bool const valid = row < rows;
+    stats.lse_log2[r] = valid ? lse[row] * kLog2e : INFINITY;
+    stats.dout_dot_out[r] = valid ? dout_dot_out[row] : 0.f;
   }
   return stats;
 }
 
 // sP is written only when kWriteP (the dK/dV kernel needs P for dV; the dQ kernel does not).
+// Transform: a ScoreTransform, without modifier passes when the launch has no score modifiers.
 template <class Traits, bool kMasked, bool kWriteP, class SmemQ, class SmemK, class SmemDo,
-          class SmemV, class SmemP, class SmemDs, int kRows>
+          class SmemV, class SmemP, class SmemDs, int kRows, class Transform>
 __device__ void score_gradients(SmemQ const& sQ, SmemK const& sK, SmemDo const& sdO,
                                 SmemV const& sV, SmemP& sP, SmemDs& sdS,
-                                const RowStats<kRows>& stats, const ScoreTransform<true>& transform,
+                                const RowStats<kRows>& stats, const Transform& transform,
                                 const AttentionMask& mask, int row0, int col0) {
   using namespace cute;
   using Element = typename Traits::Element;

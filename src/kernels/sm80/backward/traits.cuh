@@ -11,6 +11,7 @@
 #include <cutlass/numeric_types.h>
 #include <cute/tensor.hpp>
 
+#include "kernels/backward/dq_fragments.cuh"
 #include "kernels/sm80/smem_layouts.cuh"
 
 namespace flashcute::sm80::backward {
@@ -38,6 +39,8 @@ struct BackwardTraits {
   using TiledMmaSdP = TiledMmaOf<kWarpsMSdP>;
   using TiledMmaDkv = TiledMmaOf<kWarpsMDkv>;
   using TiledMmaDq = TiledMmaOf<kWarpsMDq>;
+  using DqBlocks =
+      ::flashcute::backward::DqFragments<Element, TiledMmaDq, kBlockM, kHeadDim, kNThreads>;
   static_assert(kBlockM % (16 * kWarpsMSdP) == 0 && kBlockN % (16 * (8 / kWarpsMSdP)) == 0);
   static_assert(kBlockN % (16 * kWarpsMDkv) == 0 && kHeadDim % (16 * (8 / kWarpsMDkv)) == 0);
   static_assert(kBlockM % (16 * kWarpsMDq) == 0 && kHeadDim % (16 * (8 / kWarpsMDq)) == 0);

@@ -9,6 +9,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "kernels/backward/dq_fragments.cuh"
 #include "kernels/backward/row_kernels.cuh"
 #include "kernels/common/score_modifiers.hpp"
 #include "kernels/device_attributes.hpp"
@@ -54,8 +55,7 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using Kernel = BackwardKernel<Traits>;
   namespace rows = flashcute::backward;
-  cudaError_t err = cudaMemsetAsync(
-      p.dq_accum, 0, size_t(p.heads) * p.padded_rows * Traits::kHeadDim * sizeof(float), stream);
+  cudaError_t err = rows::clear_dq_blocks(p, Traits::kHeadDim, stream);
   if (err != cudaSuccess) return err;
   if (p.deterministic) {
     static_assert(Traits::kBlockM == kDqTurnRows);
@@ -77,16 +77,8 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(Kernel::to_params(p));
 
-  using PostPass = DqPostPass<Kernel>;
-  auto const post_pass = dq_from_fragments_kernel<Kernel>;
-  err = configure_once_per_device<PostPass>(device, [&] {
-    return cudaFuncSetAttribute(post_pass, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                PostPass::kSmemBytes);
-  });
-  if (err != cudaSuccess) return err;
-  dim3 const dq_grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
-  post_pass<<<dq_grid, Traits::kConsumerThreads, PostPass::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  return rows::launch_dq_from_fragments<typename Kernel::DqBlocks>(p, stream);
 }
 
 template <class Element, int kHeadDim>

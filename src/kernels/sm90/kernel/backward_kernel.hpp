@@ -14,9 +14,8 @@
 //   dP^T and half of the head dim for dK, dV and dQ; P^T and dS^T meet in shared memory, and each
 //   warpgroup adds its dQ half to the accumulator with 16-byte atomics while dV's and dK's GEMMs
 //   run (a staged 64 x 256 fp32 block would leave no room for a second Q/dO stage).
-// Either way a dQ block is kept in the dQ MMA's register order, so a thread's values are whole
-// 16-byte vectors of one contiguous block; dq_from_fragments_kernel reads it back in the same
-// order, scales and converts it.
+// Either way a dQ block is kept in the dQ MMA's register order (backward::DqFragments), so a
+// thread's values are whole 16-byte vectors of one contiguous block.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -24,6 +23,7 @@
 
 #include <type_traits>
 
+#include "kernels/backward/dq_fragments.cuh"
 #include "kernels/backward/workspace.hpp"
 #include "kernels/common/backward_params.hpp"
 #include "kernels/common/mask.hpp"
@@ -127,15 +127,9 @@ struct BackwardKernel {
     }
   };
 
-  // Where block m_block of `head` sums its dQ: a contiguous block of the accumulator, in the
-  // padded rows of the sequence.
-  CUTE_HOST_DEVICE static float* dq_block(BackwardParams const& p, SequenceInfo<> const& seq,
-                                          int sequence, int head, int m_block) {
-    int64_t const row = head * p.padded_rows +
-                        PaddedRows::sequence_start(seq, sequence, p.seqlen_q) +
-                        int64_t(m_block) * kBlockM;
-    return p.dq_accum + row * kHeadDim;
-  }
+  // dQ's accumulator blocks, in the dQ MMA's register order.
+  using DqBlocks = backward::DqFragments<Element, typename Traits::TiledMmaDq, kBlockM, kHeadDim,
+                                         kConsumerThreads>;
 
   CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
     auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -526,19 +520,13 @@ struct BackwardKernel {
                         coords_out, col_ok, key_rows);
   }
 
-  // kHeadDim: this thread's dQ values added to the step's accumulator block, value 4 j .. 4 j + 3
-  // to float4 j * kConsumerThreads + thread (the register order dq_from_fragments_kernel reads).
+  // kHeadDim: this thread's dQ values added to the step's accumulator block.
   template <class Dq>
   CUTE_DEVICE static void add_dq(BackwardParams const& p, Work const& work, int step, Dq const& dq,
                                  int thread) {
-    static_assert(decltype(size(dq))::value % 4 == 0);
-    float4* const dst = reinterpret_cast<float4*>(
-        dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step)));
-    CUTE_UNROLL
-    for (int j = 0; j < size(dq) / 4; ++j) {
-      atomicAdd(dst + j * kConsumerThreads + thread,
-                make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3)));
-    }
+    DqBlocks::add(
+        DqBlocks::block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step)), dq,
+        thread);
   }
 
   static constexpr int kDqBarrierThreads = kConsumerThreads + 32;  // and the writer warp
@@ -611,7 +599,8 @@ struct BackwardKernel {
       cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
       if (leader) {
         int const m_block = work.m_block(step);
-        float* const dst = dq_block(p, work.seq, int(blockIdx.z), work.head(p, step), m_block);
+        float* const dst =
+            DqBlocks::block(p, work.seq, int(blockIdx.z), work.head(p, step), m_block);
         int* turn = nullptr;
         if (p.deterministic) {
           turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
@@ -651,67 +640,6 @@ struct BackwardKernel {
 
 // dQ's post-pass: one accumulator block in row order in (dynamic) shared memory, rows padded by 4
 // floats so that the pairs a warp writes land in distinct banks.
-template <class Kernel>
-struct DqPostPass {
-  static constexpr int kRowFloats = Kernel::Traits::kHeadDim + 4;
-  static constexpr int kSmemBytes = Kernel::Traits::kBlockM * kRowFloats * int(sizeof(float));
-};
-
-// dQ from its accumulator blocks (BackwardKernel::dq_block, register order): each block goes
-// through shared memory into row order, scaled by softmax_scale, and leaves in 16-byte vectors of
-// the input type (rows of the sequence, columns below head_dim). Grid: (query blocks, heads,
-// batch), one thread per consumer thread of the main kernel.
-template <class Kernel>
-__global__ void __launch_bounds__(Kernel::kConsumerThreads)
-    dq_from_fragments_kernel(const BackwardParams p) {
-  using Traits = typename Kernel::Traits;
-  using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
-  constexpr int kThreads = Traits::kConsumerThreads;
-  using TileDq = Shape<Int<kBlockM>, Int<kHeadDim>>;
-  extern __shared__ float4 tile_raw[];
-  auto tile = reinterpret_cast<float(*)[DqPostPass<Kernel>::kRowFloats]>(tile_raw);
-  int const m_block = blockIdx.x, head = blockIdx.y, thread = threadIdx.x;
-  SequenceInfo<> const seq(p.sequences(), int(blockIdx.z));
-  int const row0 = m_block * kBlockM;
-  if (row0 >= seq.seqlen_q) return;
-  Tensor coords = typename Traits::TiledMmaDq{}.get_thread_slice(thread).partition_C(
-      make_identity_tensor(TileDq{}));
-  float4 const* const src =
-      reinterpret_cast<float4 const*>(Kernel::dq_block(p, seq, int(blockIdx.z), head, m_block));
-  CUTE_UNROLL
-  for (int j = 0; j < size(coords) / 4; ++j) {
-    float4 const v = src[j * kThreads + thread];
-    float const values[4] = {v.x, v.y, v.z, v.w};
-    CUTE_UNROLL
-    for (int i = 0; i < 4; i += 2) {
-      int const row = int(get<0>(coords(4 * j + i))), col = int(get<1>(coords(4 * j + i)));
-      *reinterpret_cast<float2*>(&tile[row][col]) =
-          make_float2(values[i] * p.softmax_scale, values[i + 1] * p.softmax_scale);
-    }
-  }
-  __syncthreads();
-  using Vector = cutlass::AlignedArray<Element, 8, 16>;
-  cutlass::NumericArrayConverter<Element, float, 8> convert;
-  Element* const dq = static_cast<Element*>(p.dq) +
-                      seq.q_offset(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, head) +
-                      int64_t(row0) * p.dq_row_stride;
-  int const rows = seq.seqlen_q - row0;
-  constexpr int kVectorsPerRow = kHeadDim / 8;
-  CUTE_UNROLL
-  for (int v = thread; v < kBlockM * kVectorsPerRow; v += kThreads) {
-    int const row = v / kVectorsPerRow, col = v % kVectorsPerRow * 8;
-    if (row < rows && col < p.head_dim) {
-      cutlass::Array<float, 8> values;
-      CUTE_UNROLL
-      for (int i = 0; i < 8; ++i) values[i] = tile[row][col + i];
-      Vector out;
-      static_cast<cutlass::Array<Element, 8>&>(out) = convert(values);
-      *reinterpret_cast<Vector*>(dq + int64_t(row) * p.dq_row_stride + col) = out;
-    }
-  }
-}
-
 template <class Kernel>
 __global__ void __launch_bounds__(Kernel::kThreads, 1)
     backward_kernel(CUTE_GRID_CONSTANT typename Kernel::Params const p) {

@@ -1,0 +1,134 @@
+// dQ's fp32 accumulator in register order, shared by the backward kernels that add dQ per query
+// block with atomics or bulk reductions. Block m_block of a head is a contiguous kBlockM x kWidth
+// block in the head's padded rows (PaddedRows); value v of thread t of the dQ MMA lies at float
+// ((v / 4) * kThreads + t) * 4 + v % 4, so a warp's 16-byte additions cover 512 contiguous bytes
+// (row-major blocks scatter each into 8 rows). dq_from_fragments_kernel reads a block back through
+// the same MMA partition, scales it and converts it.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cutlass/array.h>
+#include <cutlass/numeric_conversion.h>
+#include <cute/tensor.hpp>
+
+#include "kernels/backward/workspace.hpp"
+#include "kernels/common/backward_params.hpp"
+#include "kernels/common/sequence_info.hpp"
+#include "kernels/device_attributes.hpp"
+
+namespace flashcute::backward {
+
+// TiledMmaDq: the MMA whose accumulator of kBlockM x kWidth holds a query block's dQ, over
+// kThreads threads.
+template <class Element_, class TiledMmaDq_, int kBlockM_, int kWidth_, int kThreads_>
+struct DqFragments {
+  using Element = Element_;
+  using TiledMmaDq = TiledMmaDq_;
+  static constexpr int kBlockM = kBlockM_, kWidth = kWidth_, kThreads = kThreads_;
+  using Tile = cute::Shape<cute::Int<kBlockM>, cute::Int<kWidth>>;
+  // The post-pass's block in row order, rows padded against bank conflicts.
+  static constexpr int kRowFloats = kWidth + 4;
+  static constexpr int kSmemBytes = kBlockM * kRowFloats * int(sizeof(float));
+
+  // Where block m_block of `head` sums its dQ.
+  CUTE_HOST_DEVICE static float* block(BackwardParams const& p, SequenceInfo<> const& seq,
+                                       int sequence, int head, int m_block) {
+    int64_t const row = head * p.padded_rows +
+                        PaddedRows::sequence_start(seq, sequence, p.seqlen_q) +
+                        int64_t(m_block) * kBlockM;
+    return p.dq_accum + row * kWidth;
+  }
+
+  // Adds this thread's accumulator (the dQ MMA's partition of the tile) to `dst`'s block.
+  template <class Fragment>
+  CUTE_DEVICE static void add(float* dst, Fragment const& dq, int thread) {
+    static_assert(decltype(cute::size(dq))::value % 4 == 0);
+    float4* const vectors = reinterpret_cast<float4*>(dst);
+    CUTE_UNROLL
+    for (int j = 0; j < cute::size(dq) / 4; ++j) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      atomicAdd(vectors + j * kThreads + thread,
+                make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3)));
+#else
+      float* const floats = reinterpret_cast<float*>(vectors + j * kThreads + thread);
+      CUTE_UNROLL
+      for (int i = 0; i < 4; ++i) atomicAdd(floats + i, dq(4 * j + i));
+#endif
+    }
+  }
+};
+
+// Grid: (query blocks, heads, batch), one thread per thread of the dQ MMA.
+template <class Fragments>
+__global__ void __launch_bounds__(Fragments::kThreads)
+    dq_from_fragments_kernel(const BackwardParams p) {
+  using namespace cute;
+  using Element = typename Fragments::Element;
+  constexpr int kBlockM = Fragments::kBlockM, kWidth = Fragments::kWidth;
+  constexpr int kThreads = Fragments::kThreads;
+  extern __shared__ float4 tile_raw[];
+  auto tile = reinterpret_cast<float(*)[Fragments::kRowFloats]>(tile_raw);
+  int const m_block = blockIdx.x, head = blockIdx.y, thread = threadIdx.x;
+  SequenceInfo<> const seq(p.sequences(), int(blockIdx.z));
+  int const row0 = m_block * kBlockM;
+  if (row0 >= seq.seqlen_q) return;
+  Tensor coords = typename Fragments::TiledMmaDq{}.get_thread_slice(thread).partition_C(
+      make_identity_tensor(typename Fragments::Tile{}));
+  float4 const* const src =
+      reinterpret_cast<float4 const*>(Fragments::block(p, seq, int(blockIdx.z), head, m_block));
+  CUTE_UNROLL
+  for (int j = 0; j < size(coords) / 4; ++j) {
+    float4 const v = src[j * kThreads + thread];
+    float const values[4] = {v.x, v.y, v.z, v.w};
+    CUTE_UNROLL
+    for (int i = 0; i < 4; i += 2) {
+      int const row = int(get<0>(coords(4 * j + i))), col = int(get<1>(coords(4 * j + i)));
+      *reinterpret_cast<float2*>(&tile[row][col]) =
+          make_float2(values[i] * p.softmax_scale, values[i + 1] * p.softmax_scale);
+    }
+  }
+  __syncthreads();
+  using Vector = cutlass::AlignedArray<Element, 8, 16>;
+  cutlass::NumericArrayConverter<Element, float, 8> convert;
+  Element* const dq = static_cast<Element*>(p.dq) +
+                      seq.q_offset(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, head) +
+                      int64_t(row0) * p.dq_row_stride;
+  int const rows = seq.seqlen_q - row0;
+  constexpr int kVectorsPerRow = kWidth / 8;
+  CUTE_UNROLL
+  for (int v = thread; v < kBlockM * kVectorsPerRow; v += kThreads) {
+    int const row = v / kVectorsPerRow, col = v % kVectorsPerRow * 8;
+    if (row < rows && col < p.head_dim) {
+      cutlass::Array<float, 8> values;
+      CUTE_UNROLL
+      for (int i = 0; i < 8; ++i) values[i] = tile[row][col + i];
+      Vector out;
+      static_cast<cutlass::Array<Element, 8>&>(out) = convert(values);
+      *reinterpret_cast<Vector*>(dq + int64_t(row) * p.dq_row_stride + col) = out;
+    }
+  }
+}
+
+// Zeroes the accumulator blocks of every head (before the main kernel adds to them).
+inline cudaError_t clear_dq_blocks(BackwardParams const& p, int width, cudaStream_t stream) {
+  return cudaMemsetAsync(p.dq_accum, 0, size_t(p.heads) * p.padded_rows * width * sizeof(float),
+                         stream);
+}
+
+template <class Fragments>
+cudaError_t launch_dq_from_fragments(BackwardParams const& p, cudaStream_t stream) {
+  auto const kernel = dq_from_fragments_kernel<Fragments>;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  err = configure_once_per_device<Fragments>(device, [&] {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Fragments::kSmemBytes);
+  });
+  if (err != cudaSuccess) return err;
+  dim3 const grid((p.seqlen_q + Fragments::kBlockM - 1) / Fragments::kBlockM, p.heads, p.batch);
+  kernel<<<grid, Fragments::kThreads, Fragments::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashcute::backward
