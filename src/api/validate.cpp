@@ -280,7 +280,6 @@ Status validate_backward_arguments(const BackwardArgs& a, BackwardParams& p) {
   copy_strides(a.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   copy_strides(a.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   copy_strides(a.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-  p.dq_accum_row_stride = a.heads * a.head_dim;
   p.deterministic = a.deterministic != 0;
   return {};
 }

@@ -1,11 +1,9 @@
-// The backward pass's row-wise kernels, the same for every kernel family: before the main
-// kernels, rowsum(dout * out) per query row (the softmax gradient's correction term); after them,
-// dq from its fp32 accumulator. Both are memory-bound: groups of 8 threads read a row in 16-byte
-// vectors.
+// The backward pass's row-wise kernel, the same for every kernel family: before the main
+// kernels, rowsum(dout * out) per query row (the softmax gradient's correction term). It is
+// memory-bound: groups of 8 threads read a row in 16-byte vectors.
 #pragma once
 
 #include <cutlass/array.h>
-#include <cutlass/numeric_conversion.h>
 #include <cute/config.hpp>
 
 #include "kernels/backward/workspace.hpp"
@@ -81,34 +79,6 @@ __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const Backwar
       } else {
         p.dout_dot_out[lse_base + row] = sum;
       }
-    }
-  }
-}
-
-// dq = softmax_scale * dq_accum, in the input type.
-template <class Element>
-__global__ void __launch_bounds__(kRowThreads) dq_from_accum_kernel(const BackwardParams p) {
-  using Vector = cutlass::AlignedArray<Element, kVector, 16>;
-  using Floats = cutlass::AlignedArray<float, kVector, 32>;
-  const int head = blockIdx.y;
-  const SequenceInfo<> seq(p.sequences(), blockIdx.z);
-  const int lane = threadIdx.x % kLanesPerRow;
-  cutlass::NumericArrayConverter<Element, float, kVector> convert;
-  for (int r = threadIdx.x / kLanesPerRow; r < kRowsPerBlock; r += kRowsPerPass) {
-    const int row = blockIdx.x * kRowsPerBlock + r;
-    if (row >= seq.seqlen_q) break;
-    const int64_t token = int64_t(seq.batch) * p.seqlen_q + seq.q_start + row;
-    const float* accum = p.dq_accum + token * p.dq_accum_row_stride + int64_t(head) * p.head_dim;
-    Element* dq = static_cast<Element*>(p.dq) +
-                  seq.q_offset(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, head) +
-                  int64_t(row) * p.dq_row_stride;
-    for (int c = lane * kVector; c < p.head_dim; c += kLanesPerRow * kVector) {
-      Floats values = *reinterpret_cast<const Floats*>(accum + c);
-      CUTE_UNROLL
-      for (int i = 0; i < kVector; ++i) values[i] *= p.softmax_scale;
-      Vector converted;
-      static_cast<cutlass::Array<Element, kVector>&>(converted) = convert(values);
-      *reinterpret_cast<Vector*>(dq + c) = converted;
     }
   }
 }

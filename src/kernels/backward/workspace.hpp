@@ -34,9 +34,8 @@ struct BackwardWorkspace {
   // fp32 row statistics: heads * total_q (SM80 family's dout_dot_out) or 2 * heads * PaddedRows
   // (the Hopper family's LSE and dout_dot_out), whichever is larger.
   uint64_t row_stats_offset;
-  // fp32 dq sums: total_q * heads * head_dim (the SM80 family's (token, head, column) layout,
-  // unused when deterministic) or heads * PaddedRows * the Hopper bucket's width (that family's
-  // whole blocks in its MMA's register order), whichever is larger.
+  // fp32 dq sums: heads * PaddedRows * the bucket's width (whole query blocks in the dQ MMA's
+  // register order, both families; unused by the SM80 family when deterministic).
   uint64_t dq_accum_offset;
   // Deterministic only: one int per 64 padded rows of each head, the Hopper family's turns of
   // the key blocks adding to a dQ block.
@@ -48,9 +47,9 @@ constexpr uint64_t round_up_256(uint64_t bytes) { return (bytes + 255) / 256 * 2
 
 constexpr uint64_t larger(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-// The head-dim bucket of the Hopper family's backward (64, 128 or 256), whose width its dQ
+// The head-dim bucket of both families' backward kernels (64, 128 or 256), whose width their dQ
 // accumulator blocks have.
-constexpr int64_t hopper_backward_bucket(int64_t head_dim) {
+constexpr int64_t backward_bucket(int64_t head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
 }
 
@@ -61,9 +60,7 @@ constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64
                                                int64_t head_dim, bool deterministic) {
   int64_t const padded = PaddedRows::total(total_q, batch);
   uint64_t const stats = round_up_256(larger(heads * total_q, 2 * heads * padded) * sizeof(float));
-  uint64_t const accum = round_up_256(
-      larger(total_q * heads * head_dim, heads * padded * hopper_backward_bucket(head_dim)) *
-      sizeof(float));
+  uint64_t const accum = round_up_256(heads * padded * backward_bucket(head_dim) * sizeof(float));
   uint64_t const turns =
       deterministic ? round_up_256(heads * (padded / kDqTurnRows) * sizeof(int)) : 0;
   return {0, stats, stats + accum, stats + accum + turns};

@@ -28,11 +28,9 @@ struct BackwardParams : AttentionParams {
   float* lse_log2_padded;
   float* dout_dot_out_padded;
   int64_t padded_rows;  // per head
-  // fp32 sums of dq / softmax_scale over key blocks: (query token, head, head_dim), token = batch
-  // * seqlen_q + row when dense, the packed index when variable length (SM80 family, not used
-  // when deterministic); the Hopper family's blocks in register order (its backward kernel).
+  // fp32 sums of dq / softmax_scale over key blocks, one block per (head, query block) in the dQ
+  // MMA's register order (backward::DqFragments); unused by the SM80 family when deterministic.
   float* dq_accum;
-  int64_t dq_accum_row_stride;  // heads * head_dim; the head stride is head_dim
   // Hopper family, deterministic: per dQ block (64 padded rows of one head), how many key blocks
   // have added to it; each adds in turn, in key-block order. Zeroed by the launch. Null otherwise.
   int* dq_turns;

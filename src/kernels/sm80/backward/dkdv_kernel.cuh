@@ -3,8 +3,8 @@
 // head of the KV head's group (so GQA sums need no atomics and no per-query-head copies). Per
 // (query head, query block):
 //   wait for Q and dO (and start loading the next pair's); S, dP, P and dS (score_gradients);
-//   dV += P^T dO; dK += dS^T Q; with kAccumulateDq, dQ = dS K added to the fp32 accumulator with
-//   atomics (the deterministic path computes dQ in dq_kernel instead).
+//   dV += P^T dO; with kAccumulateDq, dQ = dS K added to its fp32 accumulator block with
+//   atomics (the deterministic path computes dQ in dq_kernel instead); dK += dS^T Q.
 // The atomic kernel is compiled twice: the plain one (kPlain) serves launches without score
 // modifiers whose head_dim fills the padded bucket, with no modifier pass and no column
 // predicate in its main loop; the other serves everything.
@@ -190,8 +190,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     Tensor sQt = make_tensor(sQi.data(), typename Traits::SmemLayoutQt{});
     gemm_smem_smem(acc_dv, frag_pt, frag_qt, thr_copy_kv_a.partition_S(sPt),
                    thr_copy_kv_b.partition_S(sdOt), mma_kv, copy_kv_a, copy_kv_b);
-    // dQ's atomics before dK's GEMM, which runs while they drain: issued last, they held up the
-    // next step's barrier.
+    // dQ's atomics go out before dK's GEMM, which runs while they drain.
     if constexpr (kAccumulateDq) {
       accumulate_dq<Traits>(params, seq, head, c.m_block, sdS, sK);
     }

@@ -84,7 +84,7 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
 template <class Element, int kHeadDim>
 void add_backward_kernels(BackwardKernelTable& table) {
   using Traits = DefaultBackwardTraits<Element, kHeadDim>;
-  static_assert(hopper_backward_bucket(kHeadDim) == kHeadDim, "the dQ workspace's block width");
+  static_assert(backward_bucket(kHeadDim) == kHeadDim, "the dQ workspace's block width");
   BackwardKernelEntry entry{};
   entry.family = FC_FAMILY_SM90;
   entry.dtype = dtype_of<Element>();
