@@ -32,6 +32,13 @@ CUTE_HOST_DEVICE bool has_score_modifiers(const AttentionParams& p) {
   return has_softcap_or_alibi(p) || p.scale_log2 == 0.f;
 }
 
+// Whether a launch may run an SM80-family plain kernel, compiled for a padded head_dim: no score
+// modifier, a positive scale (a row's largest logit is then its largest raw score, so the softmax
+// needs no branch on the scale's sign) and a head_dim that fills the bucket (no column predicate).
+CUTE_HOST_DEVICE bool fits_plain_kernel(const AttentionParams& p, int padded_head_dim) {
+  return !has_score_modifiers(p) && p.scale_log2 > 0.f && p.head_dim == padded_head_dim;
+}
+
 CUTE_DEVICE float tanh_approx(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -35,7 +35,7 @@ cudaError_t launch_variant(const AttentionParams& params, cudaStream_t stream) {
 template <class Traits, bool kHasPlain>
 cudaError_t launch(const AttentionParams& params, cudaStream_t stream) {
   if constexpr (kHasPlain) {
-    if (!has_score_modifiers(params) && params.head_dim == Traits::kHeadDim) {
+    if (fits_plain_kernel(params, Traits::kHeadDim)) {
       return launch_variant<Traits, true>(params, stream);
     }
   }

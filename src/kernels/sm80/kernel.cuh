@@ -6,9 +6,9 @@
 // K and V are single-buffered: the two barriers per iteration also guard their reuse.
 //
 // The automatic tile of each bucket is compiled twice. The plain kernel (kPlain) serves launches
-// without score modifiers (see has_score_modifiers) whose head_dim fills the padded bucket: no
-// modifier pass, column predicate or zero fill of padding columns reaches its main loop (1.16x at
-// d 128). The other kernel serves everything.
+// that fit it (fits_plain_kernel: no score modifier, a positive scale, a head_dim that fills the
+// padded bucket): no modifier pass, column predicate, zero fill of padding columns or branch on
+// the scale's sign reaches its main loop. The other kernel serves everything.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -24,8 +24,10 @@
 
 namespace flashcute::sm80 {
 
-// The row maximum follows the scores exactly, over one chain, for a scale of either sign.
-using SoftmaxPolicySm80 = SoftmaxPolicy<1, 0, true>;
+// The row maximum follows the scores exactly, over one chain; the general kernel takes a scale of
+// either sign, the plain one only a positive scale (fits_plain_kernel), so its rows need no branch.
+template <bool kPlain>
+using SoftmaxPolicySm80 = SoftmaxPolicy<1, 0, !kPlain>;
 
 template <class Traits, bool kPlain>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   clear(acc_o);
   Tensor acc_o_rows = rowcol_view(acc_o);
   constexpr int kRowsPerThread = decltype(size<0>(acc_o_rows))::value;
-  OnlineSoftmax<kRowsPerThread, SoftmaxPolicySm80> softmax;
+  OnlineSoftmax<kRowsPerThread, SoftmaxPolicySm80<kPlain>> softmax;
   softmax.init();
   const ScoreTransform<!kPlain> transform(params, batch, head);
 

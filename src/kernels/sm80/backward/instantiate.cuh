@@ -64,7 +64,7 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
         <<<row_grid, flashcute::backward::kRowThreads, 0, stream>>>(p);
   }
   if (p.seqlen_k > 0) {
-    bool const plain = !has_score_modifiers(p) && p.head_dim == Traits::kHeadDim;
+    bool const plain = fits_plain_kernel(p, Traits::kHeadDim);
     err = p.deterministic ? launch_dkdv<Traits, false, false>(p, stream)
           : plain         ? launch_dkdv<Traits, true, true>(p, stream)
                           : launch_dkdv<Traits, true, false>(p, stream);
