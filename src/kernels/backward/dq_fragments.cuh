@@ -39,6 +39,12 @@ struct DqFragments {
     return p.dq_accum + row * kWidth;
   }
 
+  // Zeroes every head's blocks (before a main kernel adds to them).
+  static cudaError_t clear(BackwardParams const& p, cudaStream_t stream) {
+    return cudaMemsetAsync(p.dq_accum, 0, size_t(p.heads) * p.padded_rows * kWidth * sizeof(float),
+                           stream);
+  }
+
   // Adds this thread's accumulator (the dQ MMA's partition of the tile) to `dst`'s block.
   template <class Fragment>
   CUTE_DEVICE static void add(float* dst, Fragment const& dq, int thread) {
@@ -109,19 +115,11 @@ __global__ void __launch_bounds__(Fragments::kThreads)
   }
 }
 
-// Zeroes the accumulator blocks of every head (before the main kernel adds to them).
-inline cudaError_t clear_dq_blocks(BackwardParams const& p, int width, cudaStream_t stream) {
-  return cudaMemsetAsync(p.dq_accum, 0, size_t(p.heads) * p.padded_rows * width * sizeof(float),
-                         stream);
-}
-
+// `device`: the current device, which the caller made the tensors' device.
 template <class Fragments>
-cudaError_t launch_dq_from_fragments(BackwardParams const& p, cudaStream_t stream) {
+cudaError_t launch_dq_from_fragments(BackwardParams const& p, int device, cudaStream_t stream) {
   auto const kernel = dq_from_fragments_kernel<Fragments>;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  err = configure_once_per_device<Fragments>(device, [&] {
+  cudaError_t const err = configure_once_per_device<Fragments>(device, [&] {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 Fragments::kSmemBytes);
   });

@@ -39,11 +39,11 @@ struct DefaultTraits<Element, 256> {
 };
 
 template <class Traits, bool kAccumulateDq, bool kPlain>
-cudaError_t launch_dkdv(const BackwardParams& p, cudaStream_t stream) {
+cudaError_t launch_dkdv(const BackwardParams& p, int device, cudaStream_t stream) {
   auto const kernel = dkdv_kernel<Traits, kAccumulateDq, kPlain>;
   cudaError_t const err = allow_dynamic_smem<
       std::tuple<Traits, std::bool_constant<kAccumulateDq>, std::bool_constant<kPlain>>>(
-      kernel, Traits::kSmemBytes);
+      device, kernel, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
@@ -53,9 +53,11 @@ cudaError_t launch_dkdv(const BackwardParams& p, cudaStream_t stream) {
 template <class Traits>
 cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  cudaError_t err = cudaSuccess;
+  int device = 0;  // the caller made the tensors' device current
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
   if (!p.deterministic && p.seqlen_q > 0) {
-    err = flashcute::backward::clear_dq_blocks(p, Traits::kHeadDim, stream);
+    err = Traits::DqBlocks::clear(p, stream);
     if (err != cudaSuccess) return err;
   }
   dim3 const row_grid = flashcute::backward::row_kernel_grid(p);
@@ -65,22 +67,23 @@ cudaError_t launch(const BackwardParams& p, cudaStream_t stream) {
   }
   if (p.seqlen_k > 0) {
     bool const plain = fits_plain_kernel(p, Traits::kHeadDim);
-    err = p.deterministic ? launch_dkdv<Traits, false, false>(p, stream)
-          : plain         ? launch_dkdv<Traits, true, true>(p, stream)
-                          : launch_dkdv<Traits, true, false>(p, stream);
+    err = p.deterministic ? launch_dkdv<Traits, false, false>(p, device, stream)
+          : plain         ? launch_dkdv<Traits, true, true>(p, device, stream)
+                          : launch_dkdv<Traits, true, false>(p, device, stream);
     if (err != cudaSuccess) return err;
   }
   if (p.seqlen_q > 0) {
     if (p.deterministic) {
       auto const kernel = dq_kernel<Traits>;
       err = allow_dynamic_smem<std::pair<Traits, std::integral_constant<int, 2>>>(
-          kernel, Traits::kSmemBytesDq);
+          device, kernel, Traits::kSmemBytesDq);
       if (err != cudaSuccess) return err;
       dim3 const grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.heads, p.batch);
       kernel<<<grid, Traits::kNThreads, Traits::kSmemBytesDq, stream>>>(p);
     } else {
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
-      return flashcute::backward::launch_dq_from_fragments<typename Traits::DqBlocks>(p, stream);
+      return flashcute::backward::launch_dq_from_fragments<typename Traits::DqBlocks>(p, device,
+                                                                                      stream);
     }
   }
   return cudaGetLastError();

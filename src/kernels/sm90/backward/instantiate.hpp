@@ -55,7 +55,7 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using Kernel = BackwardKernel<Traits>;
   namespace rows = flashcute::backward;
-  cudaError_t err = rows::clear_dq_blocks(p, Traits::kHeadDim, stream);
+  cudaError_t err = Kernel::DqBlocks::clear(p, stream);
   if (err != cudaSuccess) return err;
   if (p.deterministic) {
     static_assert(Traits::kBlockM == kDqTurnRows);
@@ -78,7 +78,7 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(Kernel::to_params(p));
 
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  return rows::launch_dq_from_fragments<typename Kernel::DqBlocks>(p, stream);
+  return rows::launch_dq_from_fragments<typename Kernel::DqBlocks>(p, device, stream);
 }
 
 template <class Element, int kHeadDim>
