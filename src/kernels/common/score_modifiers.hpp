@@ -87,18 +87,14 @@ struct ScoreTransform {
   CUTE_DEVICE ScoreTransform(const AttentionParams& p, int sequence, int head)
       : ScoreTransform(p.scale_log2, ScoreModifierParams::of(p), sequence, head) {}
 
+  // sequence, head: whose ALiBi slope applies.
   CUTE_DEVICE ScoreTransform(float scale_log2_, const ScoreModifierParams& m, int sequence,
-                             int head)
-      : ScoreTransform(scale_log2_, m.softmax_scale, m.softcap,
-                       kModifiers ? m.alibi_slope(sequence, head) : 0.f) {}
-
-  // alibi_slope: this (sequence, head)'s slope, 0 without ALiBi.
-  CUTE_DEVICE ScoreTransform(float scale_log2_, float softmax_scale, float softcap,
-                             float alibi_slope) {
+                             int head) {
     scale_log2 = scale_log2_;
     if constexpr (kModifiers) {
-      softcap_outer = softcap > 0.f ? softcap * kLog2e : 0.f;
-      softcap_inner = softcap > 0.f ? softmax_scale / softcap : 0.f;
+      float const alibi_slope = m.alibi_slope(sequence, head);
+      softcap_outer = m.softcap > 0.f ? m.softcap * kLog2e : 0.f;
+      softcap_inner = m.softcap > 0.f ? m.softmax_scale / m.softcap : 0.f;
       alibi_slope_log2 = alibi_slope * kLog2e;
       fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
       fold_softcap = softcap_outer != 0.f && alibi_slope_log2 == 0.f;
