@@ -28,10 +28,9 @@
 
 namespace flashcute::sm90 {
 
-// kConsumerRegs: each consumer thread's register budget. kReleaseQEarly: the consumers free Q's
-// buffer after their last QK^T (O has a buffer of its own); otherwise the epilogue frees it.
-// kModifiers: the kernel of calls with softcap or ALiBi.
-template <class Traits, int kConsumerRegs, bool kReleaseQEarly, bool kModifiers>
+// kReleaseQEarly: the consumers free Q's buffer after their last QK^T (O has a buffer of its
+// own); otherwise the epilogue frees it. kModifiers: the kernel of calls with softcap or ALiBi.
+template <class Traits, bool kReleaseQEarly, bool kModifiers>
 struct CollectiveMainloopFwd {
   using Element = typename Traits::Element;
   using Pipeline = typename Traits::Pipeline;
@@ -39,11 +38,6 @@ struct CollectiveMainloopFwd {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
-  // Registers a consumer thread needs for S, P and O (64 rows per warpgroup over 128 threads).
-  // Where fewer than 64 of its budget remain, ptxas spilled Q's shared-memory descriptors, which it
-  // otherwise keeps across the main loop; those kernels rebuild them per block instead.
-  static constexpr int kAccumulatorRegs = kBlockN / 2 + kBlockN / 4 + kHeadDim / 2;
-  static constexpr bool kRebuildQDescriptors = kConsumerRegs - kAccumulatorRegs < 64;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
@@ -239,7 +233,11 @@ struct CollectiveMainloopFwd {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // smem descriptors
+    // Q's descriptors depend only on the warpgroup: taken from an index the compiler knows is the
+    // same across the warp, they live in uniform registers (else each QK^T wgmma waits for two
+    // R2UR moves of its descriptor).
+    int const warpgroup_thread = __shfl_sync(0xffffffff, thread / 128, 0) * 128;
+    Tensor tSrQ = mma_qk.get_thread_slice(warpgroup_thread).partition_fragment_A(sQ);
     Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -327,16 +325,7 @@ struct CollectiveMainloopFwd {
     for (--n; n >= tile.n_block_min; --n) {
       pipes.k.consumer_wait(state.k);
       turns.wait();
-      if constexpr (kRebuildQDescriptors) {
-        // Rebuild Q's descriptors from an index the compiler cannot hoist (a few integer ops)
-        // rather than keep them across the loop.
-        int t;
-        asm volatile("mov.b32 %0, %1;" : "=r"(t) : "r"(thread));
-        Tensor q_desc = mma_qk.get_thread_slice(t).partition_fragment_A(sQ);
-        warpgroup_gemm<true, -1>(mma_qk, q_desc, tSrK(_, _, _, state.k.index()), s);
-      } else {
-        warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
-      }
+      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
       pipes.v.consumer_wait(state.v);
       if (first_pv) {
         warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);

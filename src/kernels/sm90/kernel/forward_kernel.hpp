@@ -42,7 +42,7 @@ struct ForwardKernel {
   static constexpr bool kSeparateO =
       kCtasPerSm * (kBytesQKV + int(Traits::kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
 
-  using Mainloop = CollectiveMainloopFwd<Traits, kConsumerRegs, kSeparateO, kModifiers>;
+  using Mainloop = CollectiveMainloopFwd<Traits, kSeparateO, kModifiers>;
   using Epilogue = CollectiveEpilogueFwd<Traits, kSeparateO>;
   using Scheduler = TileScheduler<Traits::kBlockM>;
   using Pipeline = typename Traits::Pipeline;
