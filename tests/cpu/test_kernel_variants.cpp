@@ -1,7 +1,7 @@
 // Which SM80-family kernel variant a launch may take (fits_plain_kernel). The plain kernel folds
 // the scale into its softmax and takes a row's largest raw score as its largest logit, so a launch
 // with a negative or zero scale, a score modifier or a head_dim short of the bucket must go to
-// the general kernel: there it would give wrong answers without any error.
+// the general kernel: the plain one would give it wrong answers without any error.
 #include <gtest/gtest.h>
 
 #include "kernels/common/score_modifiers.hpp"
