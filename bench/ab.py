@@ -22,7 +22,10 @@ every impl passes, 1 when one fails the criteria; a correctness failure raises b
 of that row.
 
 Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
-       [--rows quick|plain] [--impls ours,ours_sm80] [--rounds 3] [--warmup 10] [--iters 30]
+       [--rows quick|plain] [--match REGEX] [--impls ours,ours_sm80] [--rounds 3] [--warmup 10]
+       [--iters 30]
+--match keeps the rows whose label (as printed, e.g. "b4 s8192 h16 d128 bf16 full") it matches,
+so two libraries built with only some head dims can be compared on those.
 The commit defaults to $FLASHCUTE_COMMIT or `git rev-parse HEAD`, the old commit to
 $FLASHCUTE_OLD_COMMIT or "unknown". Passing the same file twice (an A/A run, to see the noise)
 works: the second copy is loaded from a temporary file so that the two handles stay separate.
@@ -149,8 +152,10 @@ def open_libraries(old_path, new_path, keep):
 # ---------------------------------------------------------------------------------------------
 # Rows
 
-def select_rows(which):
+def select_rows(which, match=None):
     rows = bench.plain_rows()
+    if match is not None:
+        rows = [r for r in rows if re.search(match, label(r))]
     if which == "plain":
         return rows
 
@@ -309,6 +314,7 @@ def main():
     parser.add_argument("--old-commit", default=os.environ.get("FLASHCUTE_OLD_COMMIT", "unknown"))
     parser.add_argument("--commit", default=os.environ.get("FLASHCUTE_COMMIT") or None)
     parser.add_argument("--rows", choices=("quick", "plain"), default="plain")
+    parser.add_argument("--match", help="regular expression over the row labels")
     parser.add_argument("--impls", default=",".join(name for name, _ in IMPLS),
                         help="comma-separated implementations to compare (ours, ours_sm80)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -332,7 +338,9 @@ def main():
     old, new = open_libraries(args.old, args.new, temporary)
     libs = {"old": old, "new": new}
     gpu = torch.cuda.get_device_name()
-    rows = select_rows(args.rows)
+    rows = select_rows(args.rows, args.match)
+    if not rows:
+        parser.error(f"--match {args.match!r}: no row matches")
     print(f"{gpu}, torch {torch.__version__}; old {old.path} ({args.old_commit}), "
           f"new {new.path} ({commit}); {len(rows)} rows x {len(args.impls)} impls, "
           f"{args.rounds} rounds", flush=True)
