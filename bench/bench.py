@@ -671,7 +671,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3,
                         help="times each implementation this many times per row, in rotating order")
     parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--merge", help="results file whose rows of the kinds measured now this "
+    parser.add_argument("--merge", help="results file whose rows of the labels measured now this "
                         "run replaces, keeping the others (written to --out, or back)")
     args = parser.parse_args()
     if args.warmup < 5 or args.iters < 20:
@@ -723,14 +723,15 @@ def main():
         "rows": results,
     }
     if args.merge:
-        # The measured kinds' rows are replaced; each new row names the commit and date it was
+        # The rows measured now replace those of the same label (a --rows subset leaves the
+        # others of its kind as they were); each new row names the commit and date it was
         # measured at, since the file's own fields stay those of the earlier run.
-        measured = {kind_of(r) for r in results}
+        measured = {label(r) for r in results}
         for r in results:
             r.update(commit=document["commit"], date=document["date"])
         document = json.loads(pathlib.Path(args.merge).read_text())
         document["rows"] = [r for r in document["rows"]
-                            if kind_of(r) not in measured] + results
+                            if label(r) not in measured] + results
     path = output_path(args.out or args.merge, gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
