@@ -53,7 +53,8 @@ constexpr int64_t backward_bucket(int64_t head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
 }
 
-// Rows per dQ turn: the Hopper backward's query block.
+// Rows per dQ turn counter: the Hopper backward's smallest query block (a block of 128 rows
+// takes the counter of its first 64).
 constexpr int kDqTurnRows = 64;
 
 constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64_t heads,

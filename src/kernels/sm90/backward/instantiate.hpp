@@ -20,13 +20,16 @@
 
 namespace flashcute::sm90 {
 
-// 64 query rows per step and two Q/dO stages (a third measured 3% slower at d 128 s 8k). Up to
-// head dim 128, 128 keys per CTA, 64 per consumer warpgroup; at 256, dK and dV of 64 keys
-// already take 128 registers per thread when split by head dim (BackwardSplit::kHeadDim).
+// Two Q/dO stages (a third measured 3% slower at d 128 s 8k). Up to head dim 128, 128 keys per
+// CTA, 64 per consumer warpgroup; at 256, dK and dV of 64 keys already take 128 registers per
+// thread when split by head dim (BackwardSplit::kHeadDim). 64 query rows per step, but 128 at
+// head dim 64, where a step's fixed costs (barriers, row statistics, dQ's staging and reduction)
+// weigh most against its GEMMs: the main kernel ran 5-10% faster than at 64 rows.
 template <class Element, int kHeadDim>
-using DefaultBackwardTraits =
+using DefaultBackwardTraits = std::conditional_t<
+    kHeadDim <= 64, BackwardTraits<Element, kHeadDim, 128, 128, 2>,
     std::conditional_t<kHeadDim <= 128, BackwardTraits<Element, kHeadDim, 64, 128, 2>,
-                       BackwardTraits<Element, kHeadDim, 64, 64, 2, BackwardSplit::kHeadDim>>;
+                       BackwardTraits<Element, kHeadDim, 64, 64, 2, BackwardSplit::kHeadDim>>>;
 
 // TMA (Q, dO) and 16-byte cp.async (K, V) need 16-byte aligned bases and strides. Softcap, ALiBi,
 // deterministic gradients at head dim 256 (whose dQ atomics have no order) and problems without
@@ -58,7 +61,7 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   cudaError_t err = Kernel::DqBlocks::clear(p, stream);
   if (err != cudaSuccess) return err;
   if (p.deterministic) {
-    static_assert(Traits::kBlockM == kDqTurnRows);
+    static_assert(Traits::kBlockM % kDqTurnRows == 0);
     err = cudaMemsetAsync(p.dq_turns, 0,
                           size_t(p.heads) * (p.padded_rows / kDqTurnRows) * sizeof(int), stream);
     if (err != cudaSuccess) return err;

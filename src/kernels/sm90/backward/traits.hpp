@@ -48,10 +48,11 @@ struct BackwardTraits {
   static constexpr int kConsumerWarpgroups = kSplitHeadDim ? 2 : kBlockN / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
   static constexpr int kThreads = kConsumerThreads + 128;  // plus one producer warpgroup
-  // dQ's GEMM has one warpgroup M tile of 64 query rows and splits the head dim between the
+  // dQ's GEMM repeats its warpgroup M tile of 64 query rows and splits the head dim between the
   // warpgroups; under kHeadDim so do dK's and dV's, whose N slices must be whole 64-column
   // swizzle atoms of Q and dO.
-  static_assert(kBlockM == 64 && kBlockN % 64 == 0 && kHeadDim % (16 * kConsumerWarpgroups) == 0);
+  static_assert(kBlockM % 64 == 0 && kBlockN % 64 == 0 &&
+                kHeadDim % (16 * kConsumerWarpgroups) == 0);
   static_assert(!kSplitHeadDim || (kBlockN == 64 && kHeadDim % (64 * kConsumerWarpgroups) == 0));
 
   // Q, dO and V: head_dim contiguous, the widest swizzle the head dim allows. K too, but its

@@ -336,8 +336,8 @@ struct BackwardKernel {
     auto thr_stage_ds = stage_ds.get_thread_slice(thread);
     Tensor tdSsdS = thr_stage_ds.partition_D(sdSt);  // (CPY, CPY_M, CPY_N, buffers)
 
-    // A step ends with dK's GEMM still running, under dQ's staging and the next step's first
-    // GEMMs; its Q/dO stage is released once the next step's wait shows dK done.
+    // A step of 64 rows ends with dK's GEMM still running, under dQ's staging and the next
+    // step's first GEMMs; its Q/dO stage is released once the next step's wait shows dK done.
     PipelineState state, previous;
     int m_block = work.blocks.begin;
     for (int step = 0; step < work.steps; ++step) {
@@ -374,7 +374,14 @@ struct BackwardKernel {
       warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
       Tensor dst_a = make_tensor(dst.data(), acc_as_a_operand(dst.layout()));
       warpgroup_gemm<false, -1>(mma_dkv, dst_a, tdKrQ(_, _, _, stage), dk);
-      warpgroup_wait<1>();  // dV and dQ
+      if constexpr (kBlockM > 64) {
+        // dV, dQ and dK: left running, dK's operands would stay live beside the next step's S^T
+        // and dP^T, and ptxas would serialise every wgmma for want of registers.
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(dk);
+      } else {
+        warpgroup_wait<1>();  // dV and dQ
+      }
       warpgroup_fence_operand(dq);
       warpgroup_fence_operand(dv);
       stage_dq(smem, dq, thread);
