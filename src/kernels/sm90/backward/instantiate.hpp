@@ -77,8 +77,8 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
                                 Kernel::kSmemBytes);
   });
   if (err != cudaSuccess) return err;
-  dim3 const grid((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN, p.heads_k, p.batch);
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(Kernel::to_params(p));
+  kernel<<<Kernel::launch_order(p).num_ctas(), Kernel::kThreads, Kernel::kSmemBytes, stream>>>(
+      Kernel::to_params(p));
 
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   return rows::launch_dq_from_fragments<typename Kernel::DqBlocks>(p, device, stream);

@@ -29,6 +29,7 @@
 #include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_info.hpp"
 #include "kernels/sm80/predicated_copy.cuh"
+#include "kernels/sm90/backward/launch_order.hpp"
 #include "kernels/sm90/backward/traits.hpp"
 #include "kernels/sm90/fragment.hpp"
 #include "kernels/sm90/named_barriers.hpp"
@@ -105,16 +106,19 @@ struct BackwardKernel {
   // The query blocks of this CTA's key block, and its steps: every block for each query head of
   // the group, the head changing slowest.
   struct Work {
-    int n_block, head_kv;
+    int n_block, head_kv, sequence;
     SequenceInfo<> seq;
     AttentionMask mask;
     BlockRange blocks;
     int steps;
 
     CUTE_DEVICE Work(BackwardParams const& p)
-        : n_block(turns_descend(p) ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x)),
-          head_kv(int(blockIdx.y)),
-          seq(p.sequences(), int(blockIdx.z)),
+        : Work(p, launch_order(p).place(int(blockIdx.x), turns_descend(p))) {}
+    CUTE_DEVICE Work(BackwardParams const& p, BackwardPlace const& at)
+        : n_block(at.n_block),
+          head_kv(at.head_kv),
+          sequence(at.sequence),
+          seq(p.sequences(), sequence),
           mask(seq.seqlen_q, seq.seqlen_k, p.bottom_right, p.window_left, p.window_right),
           blocks(mask.query_blocks<kBlockM, kBlockN>(n_block)) {
       steps = cute::max(blocks.end - blocks.begin, 0) * p.heads_per_kv_head;
@@ -126,6 +130,11 @@ struct BackwardKernel {
       return blocks.begin + step % (blocks.end - blocks.begin);
     }
   };
+
+  // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes.
+  CUTE_HOST_DEVICE static BackwardLaunchOrder launch_order(BackwardParams const& p) {
+    return {(p.seqlen_k + kBlockN - 1) / kBlockN, p.heads_k, p.batch};
+  }
 
   // dQ's accumulator blocks, in the dQ MMA's register order.
   using DqBlocks = backward::DqFragments<Element, typename Traits::TiledMmaDq, kBlockM, kHeadDim,
@@ -169,7 +178,7 @@ struct BackwardKernel {
     BackwardParams const& p = params.p;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-    int64_t const stats_start = PaddedRows::sequence_start(work.seq, int(blockIdx.z), p.seqlen_q);
+    int64_t const stats_start = PaddedRows::sequence_start(work.seq, work.sequence, p.seqlen_q);
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
     for (int step = 0; step < work.steps; ++step) {
       int const head = work.head(p, step), m_block = work.m_block(step);
@@ -532,7 +541,7 @@ struct BackwardKernel {
   CUTE_DEVICE static void add_dq(BackwardParams const& p, Work const& work, int step, Dq const& dq,
                                  int thread) {
     DqBlocks::add(
-        DqBlocks::block(p, work.seq, int(blockIdx.z), work.head(p, step), work.m_block(step)), dq,
+        DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), work.m_block(step)), dq,
         thread);
   }
 
@@ -557,7 +566,7 @@ struct BackwardKernel {
   // of a key block's query range grow with the block, so those of query block m_block are a
   // contiguous range. With a right edge a higher key block starts at a later query block and
   // reaches each block first: the turns go from the highest key block down, and CTAs launch in
-  // that order (blockIdx.x counts from the last key block). Otherwise every key block starts at
+  // that order (BackwardLaunchOrder, descending). Otherwise every key block starts at
   // block 0 and the turns go up. Either way a CTA waits only for CTAs launched before it.
   CUTE_HOST_DEVICE static bool turns_descend(BackwardParams const& p) {
     return p.deterministic && p.window_right >= 0;
@@ -606,8 +615,7 @@ struct BackwardKernel {
       cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
       if (leader) {
         int const m_block = work.m_block(step);
-        float* const dst =
-            DqBlocks::block(p, work.seq, int(blockIdx.z), work.head(p, step), m_block);
+        float* const dst = DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), m_block);
         int* turn = nullptr;
         if (p.deterministic) {
           turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
