@@ -131,9 +131,12 @@ struct BackwardKernel {
     }
   };
 
-  // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes.
+  // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes: the
+  // costliest first when the key blocks' costs differ (a right mask edge).
   CUTE_HOST_DEVICE static BackwardLaunchOrder launch_order(BackwardParams const& p) {
-    return {(p.seqlen_k + kBlockN - 1) / kBlockN, p.heads_k, p.batch};
+    int const n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
+    int const chunk = p.window_right >= 0 ? BackwardLaunchOrder::kCostOrderChunk : n_blocks;
+    return {n_blocks, p.heads_k, p.batch, cute::max(chunk, 1)};
   }
 
   // dQ's accumulator blocks, in the dQ MMA's register order.
