@@ -16,6 +16,8 @@
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
 #           flags) -> peers-details.txt: launch shape, registers, throughputs of each kernel
+#   bwdpeers Nsight Compute (every section) on one backward row (BWD_ROW, bench/bwd_kernels.py's
+#           B:S:H:D[:HK][:causal]): our main kernel, then cuDNN's -> bwd-{ours,cudnn}-*.txt/csv
 # Nsight Compute runs with --clock-control none: the card's clocks are left as they are.
 # Each step has a time cap (STEP_TIMEOUT_<step>, seconds). Logs and results go to $OUT (or
 # ./device-out); a short summary is printed last.
@@ -158,6 +160,27 @@ step_peers() {
   grep -E "^  [a-z_]|Duration|Grid Size|Block Size|Registers Per|Shared Memory Configuration Size|Dynamic Shared|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|L2 Hit" \
     "$OUT/peers-details.txt" | head -n 60
   summary+=("peers ($flags): see peers-details.txt")
+}
+
+step_bwdpeers() {
+  install_wheel || return
+  local row=${BWD_ROW:-2:8192:16:128} ncu
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  # Ours runs before the peers in bwd_kernels.py, so each profile takes the first matching launch.
+  for who in ours cudnn; do
+    local kernel=regex:backward_kernel peers=--no-peers
+    [[ $who == cudnn ]] && kernel=regex:bprop && peers=--peers
+    timeout "${STEP_TIMEOUT_bwdpeers:-200}" "$ncu" --clock-control none --set full \
+      --import-source no -k "$kernel" -c 1 -f -o "$OUT/bwd-$who" \
+      python3 bench/bwd_kernels.py --rows "$row" --family sm90 $peers >"$OUT/bwd-$who.log" 2>&1
+    "$ncu" --import "$OUT/bwd-$who.ncu-rep" --page details >"$OUT/bwd-$who-details.txt" 2>&1
+    "$ncu" --import "$OUT/bwd-$who.ncu-rep" --page raw --csv >"$OUT/bwd-$who-raw.csv" 2>&1
+    "$ncu" --import "$OUT/bwd-$who.ncu-rep" --page source --print-source sass --csv \
+      >"$OUT/bwd-$who-sass.csv" 2>&1
+    grep -E "^  [a-z_]|Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|L1/TEX Hit|Shared" \
+      "$OUT/bwd-$who-details.txt" | head -n 14
+  done
+  summary+=("bwdpeers ($row): see bwd-*-details.txt")
 }
 
 for step in $STEPS; do
