@@ -86,6 +86,9 @@ def main():
         print(f"b{b} s{s} h{h}/{hk} d{d}{' causal' if causal else ''}")
         for name, fn in impls.items():
             times, total = kernel_times(fn)
+            if total == 0:  # no CUDA events: another profiler (Nsight Compute) holds CUPTI
+                print(f"  {name}: no kernel times")
+                continue
             parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(times.items(),
                                                                  key=lambda kv: -kv[1]))
             print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s): {parts}")

@@ -166,12 +166,13 @@ step_bwdpeers() {
   install_wheel || return
   local row=${BWD_ROW:-2:8192:16:128} ncu
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  # Ours runs before the peers in bwd_kernels.py, so each profile takes the first matching launch.
+  # Ours runs before the peers in bwd_kernels.py, so each profile takes the first matching
+  # launches: our main kernel; cuDNN's forward (for its output) and then its backward kernels.
   for who in ours cudnn; do
-    local kernel=regex:backward_kernel peers=--no-peers
-    [[ $who == cudnn ]] && kernel=regex:bprop && peers=--peers
+    local kernel=regex:backward_kernel peers=--no-peers count=1
+    [[ $who == cudnn ]] && kernel="regex:cudnn|sdpa|fmha" && peers=--peers && count=4
     timeout "${STEP_TIMEOUT_bwdpeers:-200}" "$ncu" --clock-control none --set full \
-      --import-source no -k "$kernel" -c 1 -f -o "$OUT/bwd-$who" \
+      --import-source no -k "$kernel" -c $count -f -o "$OUT/bwd-$who" \
       python3 bench/bwd_kernels.py --rows "$row" --family sm90 $peers >"$OUT/bwd-$who.log" 2>&1
     "$ncu" --import "$OUT/bwd-$who.ncu-rep" --page details >"$OUT/bwd-$who-details.txt" 2>&1
     "$ncu" --import "$OUT/bwd-$who.ncu-rep" --page raw --csv >"$OUT/bwd-$who-raw.csv" 2>&1

@@ -32,9 +32,10 @@ typedef enum { FC_CAUSAL_TOP_LEFT = 0, FC_CAUSAL_BOTTOM_RIGHT = 1 } fc_causal_al
 /* Kernel families. SM80: the FlashAttention-2 design (mma.sync), any sm_80+ device, every feature
  * of this header. SM90: Hopper (TMA, wgmma, warp specialisation), sm_90a builds on compute
  * capability 9.0, head_dim buckets 64/96/128/192/256, fp16/bf16, causal of either alignment, local
- * windows, GQA, LSE, variable-length batches; softcap, ALiBi, the backward pass and the KV-cache
- * path run on SM80 only. AUTO tries SM90 first on a 9.0 device and falls back to SM80 by itself;
- * forcing SM90 on what it lacks gives FC_ERROR_UNSUPPORTED. */
+ * windows, GQA, LSE, variable-length batches; softcap and ALiBi in the forward pass; the backward
+ * pass (head_dim buckets 64/128/256) without softcap and ALiBi, deterministic up to head_dim 128.
+ * The KV-cache path runs on SM80 only. AUTO tries SM90 first on a 9.0 device and falls back to
+ * SM80 by itself; forcing SM90 on what it lacks gives FC_ERROR_UNSUPPORTED. */
 typedef enum { FC_FAMILY_AUTO = 0, FC_FAMILY_SM80 = 80, FC_FAMILY_SM90 = 90 } fc_kernel_family;
 
 /* A (batch, seqlen, heads, head_dim) tensor on a CUDA device. Strides are in elements; head_dim is
