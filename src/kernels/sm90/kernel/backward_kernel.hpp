@@ -350,7 +350,7 @@ struct BackwardKernel {
 
     // A step of 64 rows ends with dK's GEMM still running, under dQ's staging and the next
     // step's first GEMMs; its Q/dO stage is released once the next step's wait shows dK done. A
-    // longer step waits for dK after dQ's staging (1.5-3% faster at d 64 than before it).
+    // longer step waits for dK at its end, after dQ's staging, which dK's GEMM runs under.
     PipelineState state, previous;
     int m_block = work.blocks.begin;
     for (int step = 0; step < work.steps; ++step) {
