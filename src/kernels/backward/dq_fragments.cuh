@@ -1,9 +1,11 @@
 // dQ's fp32 accumulator in register order, shared by the backward kernels that add dQ per query
 // block with atomics or bulk reductions. Block m_block of a head is a contiguous kBlockM x kWidth
-// block in the head's padded rows (PaddedRows); value v of thread t of the dQ MMA lies at float
-// ((v / 4) * kThreads + t) * 4 + v % 4, so a warp's 16-byte additions cover 512 contiguous bytes
-// (row-major blocks scatter each into 8 rows). dq_from_fragments_kernel reads a block back through
-// the same MMA partition, scales it and converts it.
+// block in the head's padded rows (PaddedRows). Threads form groups of kGroupThreads (a
+// warpgroup, or every thread when fewer), each group's values one contiguous part of the block:
+// value v of thread t lies in float4 (t / G) * (V / 4) * G + (v / 4) * G + t % G (G threads of V
+// values each), so a warp's 16-byte additions cover 512 contiguous bytes (row-major blocks
+// scatter each into 8 rows) and a warpgroup can hand its part on alone. dq_from_fragments_kernel
+// reads a block back through the same MMA partition, scales it and converts it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +27,11 @@ struct DqFragments {
   using Element = Element_;
   using TiledMmaDq = TiledMmaDq_;
   static constexpr int kBlockM = kBlockM_, kWidth = kWidth_, kThreads = kThreads_;
+  static constexpr int kGroupThreads = kThreads < 128 ? kThreads : 128;
+  static_assert(kThreads % kGroupThreads == 0);
+  // float4 vectors per thread, and per group (one contiguous part of a block).
+  static constexpr int kVectors = kBlockM * kWidth / 4 / kThreads;
+  static constexpr int kGroupVectors = kVectors * kGroupThreads;
   using Tile = cute::Shape<cute::Int<kBlockM>, cute::Int<kWidth>>;
   // The post-pass's block in row order, rows padded against bank conflicts.
   static constexpr int kRowFloats = kWidth + 4;
@@ -37,6 +44,11 @@ struct DqFragments {
                         PaddedRows::sequence_start(seq, sequence, p.seqlen_q) +
                         int64_t(m_block) * kBlockM;
     return p.dq_accum + row * kWidth;
+  }
+
+  // The float4 of a block that holds values 4 j .. 4 j + 3 of `thread`.
+  CUTE_HOST_DEVICE static int vector_index(int j, int thread) {
+    return thread / kGroupThreads * kGroupVectors + j * kGroupThreads + thread % kGroupThreads;
   }
 
   // Zeroes every head's blocks (before a main kernel adds to them).
@@ -53,10 +65,10 @@ struct DqFragments {
     CUTE_UNROLL
     for (int j = 0; j < cute::size(dq) / 4; ++j) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      atomicAdd(vectors + j * kThreads + thread,
+      atomicAdd(vectors + vector_index(j, thread),
                 make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3)));
 #else
-      float* const floats = reinterpret_cast<float*>(vectors + j * kThreads + thread);
+      float* const floats = reinterpret_cast<float*>(vectors + vector_index(j, thread));
       CUTE_UNROLL
       for (int i = 0; i < 4; ++i) atomicAdd(floats + i, dq(4 * j + i));
 #endif
@@ -84,7 +96,7 @@ __global__ void __launch_bounds__(Fragments::kThreads)
       reinterpret_cast<float4 const*>(Fragments::block(p, seq, int(blockIdx.z), head, m_block));
   CUTE_UNROLL
   for (int j = 0; j < size(coords) / 4; ++j) {
-    float4 const v = src[j * kThreads + thread];
+    float4 const v = src[Fragments::vector_index(j, thread)];
     float const values[4] = {v.x, v.y, v.z, v.w};
     CUTE_UNROLL
     for (int i = 0; i < 4; i += 2) {

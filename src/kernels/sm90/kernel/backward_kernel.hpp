@@ -8,8 +8,10 @@
 // BackwardSplit says:
 // - kKeys: each warpgroup owns 64 keys; dV's GEMM takes P^T from registers while dP^T finishes,
 //   dS^T goes to shared memory (dQ reads every key), and dK's GEMM runs on under dQ's staging and
-//   the next step's first GEMMs. A second producer warp adds each staged dQ block to the fp32
-//   accumulator in global memory with one bulk reduction (cp.reduce.async.bulk).
+//   the next step's first GEMMs. Each warpgroup stages its half of the step's dQ and meets a
+//   second producer warp on barriers of its own, so neither waits for the other's staging; that
+//   warp adds each half to the fp32 accumulator in global memory with one bulk reduction
+//   (cp.reduce.async.bulk).
 // - kHeadDim: the warpgroups share 64 keys, each takes half of the step's queries for S^T and
 //   dP^T and half of the head dim for dK, dV and dQ; P^T and dS^T meet in shared memory, and each
 //   warpgroup adds its dQ half to the accumulator with 16-byte atomics while dV's and dK's GEMMs
@@ -384,10 +386,12 @@ struct BackwardKernel {
       cutlass::arch::fence_view_async_shared();
       cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
       Tensor dq = partition_fragment_C(mma_dq, TileDq{});
+      // dK is issued once dV is done, so that both warpgroups' dQ GEMMs queue before either dK.
       warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
+      warpgroup_wait<1>();  // dV
       Tensor dst_a = make_tensor(dst.data(), acc_as_a_operand(dst.layout()));
       warpgroup_gemm<false, -1>(mma_dkv, dst_a, tdKrQ(_, _, _, stage), dk);
-      warpgroup_wait<1>();  // dV and dQ
+      warpgroup_wait<1>();  // dQ
       warpgroup_fence_operand(dq);
       warpgroup_fence_operand(dv);
       stage_dq(smem, dq, thread);
@@ -548,21 +552,28 @@ struct BackwardKernel {
         thread);
   }
 
-  static constexpr int kDqBarrierThreads = kConsumerThreads + 32;  // and the writer warp
+  // A warpgroup and the writer warp meet on the barriers of the warpgroup's part of dQ.
+  static constexpr int kDqBarrierThreads = 128 + 32;
+  static constexpr int kDqWarpgroups = kConsumerThreads / 128;
+  static constexpr int kDqPartBytes = kBlockM * kHeadDim * int(sizeof(float)) / kDqWarpgroups;
 
-  // Value 4 j .. 4 j + 3 of consumer thread t go to float4 j * kConsumerThreads + t.
+  // This warpgroup's part of the step's dQ, in the accumulator's order (DqBlocks::vector_index),
+  // once the writer has read the last one.
   template <class Dq>
   CUTE_DEVICE static void stage_dq(SharedStorage& smem, Dq const& dq, int thread) {
-    static_assert(decltype(size(dq))::value % 4 == 0);
-    cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
+    static_assert(decltype(size(dq))::value == DqBlocks::kVectors * 4);
+    int const warpgroup = thread / 128;
+    cutlass::arch::NamedBarrier::sync(kDqBarrierThreads,
+                                      barrier_id(BarrierId::kBackwardDqEmptyWarpgroup0, warpgroup));
     float4* const dst = reinterpret_cast<float4*>(smem.step.dq);
     CUTE_UNROLL
     for (int j = 0; j < size(dq) / 4; ++j) {
-      dst[j * kConsumerThreads + thread] =
+      dst[DqBlocks::vector_index(j, thread)] =
           make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3));
     }
     cutlass::arch::fence_view_async_shared();  // visible to the bulk reduction
-    cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
+    cutlass::arch::NamedBarrier::arrive(
+        kDqBarrierThreads, barrier_id(BarrierId::kBackwardDqFullWarpgroup0, warpgroup));
   }
 
   // Deterministic: the key blocks that add to a dQ block take turns in key-block order. Both ends
@@ -606,41 +617,50 @@ struct BackwardKernel {
     return work.n_block - lo;
   }
 
-  // The writer warp: each step's staged dQ added to its block of the accumulator. Deterministic:
-  // each in its turn (dq_turn), after the one before has finished (the block's turn counter,
-  // released once the reduction is complete).
+  // The writer warp: each warpgroup's part of each step's dQ added to its block of the
+  // accumulator by one bulk reduction, in warpgroup order. Deterministic: each block in its turn
+  // (dq_turn), after the one before has finished (the block's turn counter, released once both
+  // reductions are complete).
   CUTE_DEVICE static void write_dq(BackwardParams const& p, SharedStorage& smem, Work const& work) {
     bool const leader = threadIdx.x % 32 == 0;
-    if (work.steps > 0) {
-      cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
-    }
+    auto release_parts = [] {
+      CUTE_UNROLL
+      for (int wg = 0; wg < kDqWarpgroups; ++wg) {
+        cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads,
+                                            barrier_id(BarrierId::kBackwardDqEmptyWarpgroup0, wg));
+      }
+    };
+    if (work.steps > 0) release_parts();
     for (int step = 0; step < work.steps; ++step) {
-      cutlass::arch::NamedBarrier::sync(kDqBarrierThreads, int(BarrierId::kBackwardDqFull));
-      if (leader) {
-        int const m_block = work.m_block(step);
-        float* const dst = DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), m_block);
-        int* turn = nullptr;
-        if (p.deterministic) {
-          turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
-          int const mine = dq_turn(p, work, m_block);
-          int taken;
-          do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
-                         : "=r"(taken)
-                         : "l"(turn)
-                         : "memory");
-          } while (taken != mine);
-          asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction comes after
+      int const m_block = work.m_block(step);
+      float* const dst = DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), m_block);
+      int* turn = nullptr;
+      if (p.deterministic && leader) {
+        turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
+        int const mine = dq_turn(p, work, m_block);
+        int taken;
+        do {
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(taken) : "l"(turn) : "memory");
+        } while (taken != mine);
+        asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
+      }
+      CUTE_UNROLL
+      for (int wg = 0; wg < kDqWarpgroups; ++wg) {
+        cutlass::arch::NamedBarrier::sync(kDqBarrierThreads,
+                                          barrier_id(BarrierId::kBackwardDqFullWarpgroup0, wg));
+        if (leader) {
+          uint32_t const src = cute::cast_smem_ptr_to_uint(smem.step.dq) + wg * kDqPartBytes;
+          asm volatile(
+              "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                  dst + wg * kDqPartBytes / int(sizeof(float))),
+              "r"(src), "n"(kDqPartBytes)
+              : "memory");
+          cute::tma_store_arrive();
         }
-        uint32_t const src = cute::cast_smem_ptr_to_uint(smem.step.dq);
-        asm volatile(
-            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                dst),
-            "r"(src), "n"(kBlockM * kHeadDim * int(sizeof(float)))
-            : "memory");
-        cute::tma_store_arrive();
+      }
+      if (leader) {
         if (turn != nullptr) {
-          // Complete (its writes done, not only its reads of the buffer), then the next turn.
+          // Complete (their writes done, not only their reads of the buffer), then the next turn.
           asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
           asm volatile("fence.proxy.async.global;" ::: "memory");
           asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
@@ -649,9 +669,7 @@ struct BackwardKernel {
         }
       }
       __syncwarp();
-      if (step + 1 < work.steps) {
-        cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads, int(BarrierId::kBackwardDqEmpty));
-      }
+      if (step + 1 < work.steps) release_parts();
     }
   }
 };
