@@ -1,11 +1,11 @@
 // dQ's fp32 accumulator in register order, shared by the backward kernels that add dQ per query
 // block with atomics or bulk reductions. Block m_block of a head is a contiguous kBlockM x kWidth
-// block in the head's padded rows (PaddedRows). Threads form groups of kGroupThreads (a
-// warpgroup, or every thread when fewer), each group's values one contiguous part of the block:
-// value v of thread t lies in float4 (t / G) * (V / 4) * G + (v / 4) * G + t % G (G threads of V
-// values each), so a warp's 16-byte additions cover 512 contiguous bytes (row-major blocks
-// scatter each into 8 rows) and a warpgroup can hand its part on alone. dq_from_fragments_kernel
-// reads a block back through the same MMA partition, scales it and converts it.
+// block in the head's padded rows (PaddedRows). The threads form groups of kGroupThreads (all of
+// them by default), each group's values one contiguous part of the block: value v of thread t
+// lies in float4 (t / G) * (V / 4) * G + (v / 4) * G + t % G (G threads of V values each), so a
+// warp's 16-byte additions cover 512 contiguous bytes (row-major blocks scatter each into 8 rows)
+// and a group can hand its part on alone. dq_from_fragments_kernel reads a block back through the
+// same MMA partition, scales it and converts it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,12 +22,13 @@ namespace flashcute::backward {
 
 // TiledMmaDq: the MMA whose accumulator of kBlockM x kWidth holds a query block's dQ, over
 // kThreads threads.
-template <class Element_, class TiledMmaDq_, int kBlockM_, int kWidth_, int kThreads_>
+template <class Element_, class TiledMmaDq_, int kBlockM_, int kWidth_, int kThreads_,
+          int kGroupThreads_ = kThreads_>
 struct DqFragments {
   using Element = Element_;
   using TiledMmaDq = TiledMmaDq_;
   static constexpr int kBlockM = kBlockM_, kWidth = kWidth_, kThreads = kThreads_;
-  static constexpr int kGroupThreads = kThreads < 128 ? kThreads : 128;
+  static constexpr int kGroupThreads = kGroupThreads_;
   static_assert(kThreads % kGroupThreads == 0);
   // float4 vectors per thread, and per group (one contiguous part of a block).
   static constexpr int kVectors = kBlockM * kWidth / 4 / kThreads;
@@ -48,6 +49,7 @@ struct DqFragments {
 
   // The float4 of a block that holds values 4 j .. 4 j + 3 of `thread`.
   CUTE_HOST_DEVICE static int vector_index(int j, int thread) {
+    if constexpr (kGroupThreads == kThreads) return j * kThreads + thread;
     return thread / kGroupThreads * kGroupVectors + j * kGroupThreads + thread % kGroupThreads;
   }
 

@@ -31,9 +31,12 @@ inline dim3 padded_row_kernel_grid(const AttentionParams& p) {
 }
 
 // kPadded = false: dout_dot_out with the LSE's strides (the SM80 family). kPadded = true: the
-// padded rows of the Hopper family, the LSE in log2 units beside it, the padding filled.
-template <class Element, bool kPadded = false>
+// padded rows of the Hopper family, the LSE in log2 units beside it, the padding filled, and
+// (kAccumWidth > 0) the same rows of dQ's accumulator zeroed (kAccumWidth floats a row): its
+// main kernel adds whole blocks of those rows, and no separate clear pass is needed.
+template <class Element, bool kPadded = false, int kAccumWidth = 0>
 __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const BackwardParams p) {
+  static_assert(kAccumWidth == 0 || (kPadded && kAccumWidth % (4 * kLanesPerRow) == 0));
   using Vector = cutlass::AlignedArray<Element, kVector, 16>;
   const int head = blockIdx.y;
   const SequenceInfo<> seq(p.sequences(), blockIdx.z);
@@ -47,6 +50,12 @@ __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const Backwar
   for (int r = threadIdx.x / kLanesPerRow; r < kRowsPerBlock; r += kRowsPerPass) {
     const int row = blockIdx.x * kRowsPerBlock + r;
     if (row >= rows_written) break;
+    if constexpr (kAccumWidth > 0) {
+      float4* const accum =
+          reinterpret_cast<float4*>(p.dq_accum + (padded_base + row) * kAccumWidth);
+      CUTE_UNROLL
+      for (int c = lane; c < kAccumWidth / 4; c += kLanesPerRow) accum[c] = make_float4(0, 0, 0, 0);
+    }
     if (kPadded && row >= seq.seqlen_q) {
       if (lane == 0) {
         p.lse_log2_padded[padded_base + row] = INFINITY;

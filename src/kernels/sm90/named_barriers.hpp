@@ -10,10 +10,10 @@ enum class BarrierId : int {
   kTurnWarpgroup0 = 4,
   // Backward: every consumer thread of the CTA (K and V loaded; a step's dS written).
   kBackwardConsumers = 6,
-  // Backward: one consumer warpgroup and dQ's writer warp (the warpgroup's part of a step's dQ is
-  // in shared memory: ids 7 and 8; its part of the buffer is free again: ids 9 and 10).
-  kBackwardDqFullWarpgroup0 = 7,
-  kBackwardDqEmptyWarpgroup0 = 9,
+  // Backward: the consumer threads of one part of a step's dQ and dQ's writer warp (the part is
+  // in shared memory: ids 7 and 8; its buffer is free again: ids 9 and 10).
+  kBackwardDqFullPart0 = 7,
+  kBackwardDqEmptyPart0 = 9,
 };
 
 // The barrier of consumer warpgroup `warpgroup` within a group of barriers.

@@ -58,15 +58,14 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using Kernel = BackwardKernel<Traits>;
   namespace rows = flashcute::backward;
-  cudaError_t err = Kernel::DqBlocks::clear(p, stream);
-  if (err != cudaSuccess) return err;
+  cudaError_t err = cudaSuccess;
   if (p.deterministic) {
     static_assert(Traits::kBlockM % kDqTurnRows == 0);
     err = cudaMemsetAsync(p.dq_turns, 0,
                           size_t(p.heads) * (p.padded_rows / kDqTurnRows) * sizeof(int), stream);
     if (err != cudaSuccess) return err;
   }
-  rows::dout_dot_out_kernel<Element, true>
+  rows::dout_dot_out_kernel<Element, true, Traits::kHeadDim>
       <<<rows::padded_row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
 
   auto const kernel = backward_kernel<Kernel>;

@@ -8,10 +8,10 @@
 // BackwardSplit says:
 // - kKeys: each warpgroup owns 64 keys; dV's GEMM takes P^T from registers while dP^T finishes,
 //   dS^T goes to shared memory (dQ reads every key), and dK's GEMM runs on under dQ's staging and
-//   the next step's first GEMMs. Each warpgroup stages its half of the step's dQ and meets a
-//   second producer warp on barriers of its own, so neither waits for the other's staging; that
-//   warp adds each half to the fp32 accumulator in global memory with one bulk reduction
-//   (cp.reduce.async.bulk).
+//   the next step's first GEMMs. The warpgroups stage the step's dQ in shared memory (at 64 rows
+//   per step each its own half, meeting a second producer warp on barriers of its own, so that
+//   neither waits for the other's staging); that warp adds each staged part to the fp32
+//   accumulator in global memory with one bulk reduction (cp.reduce.async.bulk).
 // - kHeadDim: the warpgroups share 64 keys, each takes half of the step's queries for S^T and
 //   dP^T and half of the head dim for dK, dV and dQ; P^T and dS^T meet in shared memory, and each
 //   warpgroup adds its dQ half to the accumulator with 16-byte atomics while dV's and dK's GEMMs
@@ -141,9 +141,17 @@ struct BackwardKernel {
     return {n_blocks, p.heads_k, p.batch, cute::max(chunk, 1)};
   }
 
-  // dQ's accumulator blocks, in the dQ MMA's register order.
+  // kKeys: each consumer warpgroup stages its own part of a step's dQ at 64 rows per step, so
+  // that neither waits for the other's staging (5% of the main kernel at d 128). At 128 rows
+  // (d 64) the warpgroups stage one part together: two parts grew its spills from 56 to 144
+  // bytes and slowed it 4-5%.
+  static constexpr int kDqParts = kBlockM == 64 ? kConsumerThreads / 128 : 1;
+  static constexpr int kDqPartThreads = kConsumerThreads / kDqParts;
+
+  // dQ's accumulator blocks, in the dQ MMA's register order, one contiguous part per staging
+  // part.
   using DqBlocks = backward::DqFragments<Element, typename Traits::TiledMmaDq, kBlockM, kHeadDim,
-                                         kConsumerThreads>;
+                                         kConsumerThreads, kDqPartThreads>;
 
   CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
     auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -386,12 +394,13 @@ struct BackwardKernel {
       cutlass::arch::fence_view_async_shared();
       cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
       Tensor dq = partition_fragment_C(mma_dq, TileDq{});
-      // dK is issued once dV is done, so that both warpgroups' dQ GEMMs queue before either dK.
+      // At 64 rows dK is issued once dV is done, so that both warpgroups' dQ GEMMs queue before
+      // either dK.
       warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
-      warpgroup_wait<1>();  // dV
+      if constexpr (kBlockM == 64) warpgroup_wait<1>();  // dV
       Tensor dst_a = make_tensor(dst.data(), acc_as_a_operand(dst.layout()));
       warpgroup_gemm<false, -1>(mma_dkv, dst_a, tdKrQ(_, _, _, stage), dk);
-      warpgroup_wait<1>();  // dQ
+      warpgroup_wait<1>();  // dV and dQ
       warpgroup_fence_operand(dq);
       warpgroup_fence_operand(dv);
       stage_dq(smem, dq, thread);
@@ -552,19 +561,18 @@ struct BackwardKernel {
         thread);
   }
 
-  // A warpgroup and the writer warp meet on the barriers of the warpgroup's part of dQ.
-  static constexpr int kDqBarrierThreads = 128 + 32;
-  static constexpr int kDqWarpgroups = kConsumerThreads / 128;
-  static constexpr int kDqPartBytes = kBlockM * kHeadDim * int(sizeof(float)) / kDqWarpgroups;
+  // A part's threads and the writer warp meet on the part's barriers.
+  static constexpr int kDqBarrierThreads = kDqPartThreads + 32;
+  static constexpr int kDqPartBytes = kBlockM * kHeadDim * int(sizeof(float)) / kDqParts;
 
-  // This warpgroup's part of the step's dQ, in the accumulator's order (DqBlocks::vector_index),
-  // once the writer has read the last one.
+  // This thread's part of the step's dQ, in the accumulator's order (DqBlocks::vector_index),
+  // once the writer has read the part's last one.
   template <class Dq>
   CUTE_DEVICE static void stage_dq(SharedStorage& smem, Dq const& dq, int thread) {
     static_assert(decltype(size(dq))::value == DqBlocks::kVectors * 4);
-    int const warpgroup = thread / 128;
+    int const part = kDqParts == 1 ? 0 : thread / kDqPartThreads;
     cutlass::arch::NamedBarrier::sync(kDqBarrierThreads,
-                                      barrier_id(BarrierId::kBackwardDqEmptyWarpgroup0, warpgroup));
+                                      barrier_id(BarrierId::kBackwardDqEmptyPart0, part));
     float4* const dst = reinterpret_cast<float4*>(smem.step.dq);
     CUTE_UNROLL
     for (int j = 0; j < size(dq) / 4; ++j) {
@@ -572,8 +580,8 @@ struct BackwardKernel {
           make_float4(dq(4 * j), dq(4 * j + 1), dq(4 * j + 2), dq(4 * j + 3));
     }
     cutlass::arch::fence_view_async_shared();  // visible to the bulk reduction
-    cutlass::arch::NamedBarrier::arrive(
-        kDqBarrierThreads, barrier_id(BarrierId::kBackwardDqFullWarpgroup0, warpgroup));
+    cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads,
+                                        barrier_id(BarrierId::kBackwardDqFullPart0, part));
   }
 
   // Deterministic: the key blocks that add to a dQ block take turns in key-block order. Both ends
@@ -617,59 +625,67 @@ struct BackwardKernel {
     return work.n_block - lo;
   }
 
-  // The writer warp: each warpgroup's part of each step's dQ added to its block of the
-  // accumulator by one bulk reduction, in warpgroup order. Deterministic: each block in its turn
-  // (dq_turn), after the one before has finished (the block's turn counter, released once both
-  // reductions are complete).
+  // The writer warp: each part of each step's dQ added to its block of the accumulator by one
+  // bulk reduction, in part order. Deterministic: each block in its turn (dq_turn), after the one
+  // before has finished (the block's turn counter, released once its reductions are complete).
+  // Only the leader lane holds the step's values: the warp runs on the producer's registers.
   CUTE_DEVICE static void write_dq(BackwardParams const& p, SharedStorage& smem, Work const& work) {
     bool const leader = threadIdx.x % 32 == 0;
     auto release_parts = [] {
       CUTE_UNROLL
-      for (int wg = 0; wg < kDqWarpgroups; ++wg) {
+      for (int part = 0; part < kDqParts; ++part) {
         cutlass::arch::NamedBarrier::arrive(kDqBarrierThreads,
-                                            barrier_id(BarrierId::kBackwardDqEmptyWarpgroup0, wg));
+                                            barrier_id(BarrierId::kBackwardDqEmptyPart0, part));
       }
     };
     if (work.steps > 0) release_parts();
     for (int step = 0; step < work.steps; ++step) {
-      int const m_block = work.m_block(step);
-      float* const dst = DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), m_block);
-      int* turn = nullptr;
-      if (p.deterministic && leader) {
-        turn = p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim);
-        int const mine = dq_turn(p, work, m_block);
-        int taken;
-        do {
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(taken) : "l"(turn) : "memory");
-        } while (taken != mine);
-        asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
-      }
       CUTE_UNROLL
-      for (int wg = 0; wg < kDqWarpgroups; ++wg) {
+      for (int part = 0; part < kDqParts; ++part) {
         cutlass::arch::NamedBarrier::sync(kDqBarrierThreads,
-                                          barrier_id(BarrierId::kBackwardDqFullWarpgroup0, wg));
-        if (leader) {
-          uint32_t const src = cute::cast_smem_ptr_to_uint(smem.step.dq) + wg * kDqPartBytes;
-          asm volatile(
-              "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                  dst + wg * kDqPartBytes / int(sizeof(float))),
-              "r"(src), "n"(kDqPartBytes)
-              : "memory");
-          cute::tma_store_arrive();
-        }
-      }
-      if (leader) {
-        if (turn != nullptr) {
-          // Complete (their writes done, not only their reads of the buffer), then the next turn.
-          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-          asm volatile("fence.proxy.async.global;" ::: "memory");
-          asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
-        } else {
-          cute::tma_store_wait<0>();  // the buffer has been read
-        }
+                                          barrier_id(BarrierId::kBackwardDqFullPart0, part));
+        if (leader) reduce_dq_part(p, smem, work, step, part);
       }
       __syncwarp();
       if (step + 1 < work.steps) release_parts();
+    }
+  }
+
+  // The writer's leader: one staged part of the step's dQ added to the accumulator; after the
+  // last part, the buffer read (or, deterministic, the reductions complete and the next turn
+  // released).
+  CUTE_DEVICE static void reduce_dq_part(BackwardParams const& p, SharedStorage& smem,
+                                         Work const& work, int step, int part) {
+    int const m_block = work.m_block(step);
+    float* const dst = DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), m_block);
+    int* const turn =
+        p.deterministic ? p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim) : nullptr;
+    if (turn != nullptr && part == 0) {
+      int const mine = dq_turn(p, work, m_block);
+      int taken;
+      do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(taken) : "l"(turn) : "memory");
+      } while (taken != mine);
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
+    }
+    // The accumulator stays in L2 for the key blocks still to add to it and for the post-pass
+    // (which then runs 5% faster).
+    constexpr uint64_t kEvictLast = uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST);
+    uint32_t const src = cute::cast_smem_ptr_to_uint(smem.step.dq) + part * kDqPartBytes;
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], "
+        "%2, %3;\n" ::"l"(dst + part * kDqPartBytes / int(sizeof(float))),
+        "r"(src), "n"(kDqPartBytes), "l"(kEvictLast)
+        : "memory");
+    cute::tma_store_arrive();
+    if (part + 1 < kDqParts) return;
+    if (turn != nullptr) {
+      // Complete (their writes done, not only their reads of the buffer), then the next turn.
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
+    } else {
+      cute::tma_store_wait<0>();  // the buffer has been read
     }
   }
 };
