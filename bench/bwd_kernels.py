@@ -2,6 +2,9 @@
 """Where a backward call's GPU time goes: each kernel's median duration (torch.profiler) for our
 backward beside cuDNN's and FlashAttention-2's (SDPA), per row, for tuning the backward.
 
+Beside the kernels' sum, each call's own GPU time by CUDA events (the calls queued behind a GPU
+sleep, as bench/bench.py times them): what exceeds the sum is the gaps between the kernels.
+
 Usage: python3 bench/bwd_kernels.py [--rows B:S:H:D[:HK][:causal],...] [--family auto|sm80|sm90]
        [--deterministic] [--peers | --no-peers]
 (bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks; --deterministic adds
@@ -10,6 +13,7 @@ our deterministic call as a row of its own)
 
 import argparse
 import collections
+import statistics
 import sys
 
 import torch
@@ -49,6 +53,19 @@ def kernel_times(fn, calls=10):
             per_kernel[name].append(e.time_range.elapsed_us())
     times = {k: sum(v) / calls for k, v in per_kernel.items()}
     return times, sum(times.values())
+
+
+def call_time(fn, calls=20):
+    """Median GPU microseconds from an event before each call of fn to one after it."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    torch.cuda._sleep(200_000_000)  # the CPU queues every call behind ~0.1 s of GPU time
+    for start, end in zip(starts, ends):
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
 def main():
@@ -91,7 +108,9 @@ def main():
                 continue
             parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(times.items(),
                                                                  key=lambda kv: -kv[1]))
-            print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s): {parts}")
+            call = call_time(fn)
+            print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s), a call "
+                  f"{call:.0f} us by events: {parts}")
 
 
 if __name__ == "__main__":
