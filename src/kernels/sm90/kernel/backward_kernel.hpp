@@ -690,8 +690,7 @@ struct BackwardKernel {
   }
 };
 
-// dQ's post-pass: one accumulator block in row order in (dynamic) shared memory, rows padded by 4
-// floats so that the pairs a warp writes land in distinct banks.
+// Grid: BackwardLaunchOrder's CTAs, one per (key block, KV head, sequence).
 template <class Kernel>
 __global__ void __launch_bounds__(Kernel::kThreads, 1)
     backward_kernel(CUTE_GRID_CONSTANT typename Kernel::Params const p) {
