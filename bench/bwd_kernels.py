@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a backward call's GPU time goes: each kernel's median duration (torch.profiler) for our
+"""Where a backward call's GPU time goes: each kernel's mean duration (torch.profiler) for our
 backward beside cuDNN's and FlashAttention-2's (SDPA), per row, for tuning the backward.
 
 Beside the kernels' sum, each call's own GPU time by CUDA events (the calls queued behind a GPU
@@ -38,7 +38,7 @@ def parse_row(text):
 
 
 def kernel_times(fn, calls=10):
-    """Median GPU microseconds per kernel name over `calls` calls of fn, and per call in all."""
+    """Mean GPU microseconds per kernel name over `calls` calls of fn, and per call in all."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

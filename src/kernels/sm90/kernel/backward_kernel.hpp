@@ -143,8 +143,7 @@ struct BackwardKernel {
 
   // kKeys: each consumer warpgroup stages its own part of a step's dQ at 64 rows per step, so
   // that neither waits for the other's staging (5% of the main kernel at d 128). At 128 rows
-  // (d 64) the warpgroups stage one part together: two parts grew its spills from 56 to 144
-  // bytes and slowed it 4-5%.
+  // (d 64) the warpgroups stage one part together: two parts raise its spills and slow it.
   static constexpr int kDqParts = kBlockM == 64 ? kConsumerThreads / 128 : 1;
   static constexpr int kDqPartThreads = kConsumerThreads / kDqParts;
 
