@@ -6,7 +6,7 @@ Beside the kernels' sum, each call's own GPU time by CUDA events (the calls queu
 sleep, as bench/bench.py times them): what exceeds the sum is the gaps between the kernels.
 
 Usage: python3 bench/bwd_kernels.py [--rows B:S:H:D[:HK][:causal],...] [--family auto|sm80|sm90]
-       [--deterministic] [--peers | --no-peers]
+       [--deterministic] [--peers | --no-peers] [--timeline]
 (bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks; --deterministic adds
 our deterministic call as a row of its own)
 """
@@ -38,7 +38,8 @@ def parse_row(text):
 
 
 def kernel_times(fn, calls=10):
-    """Mean GPU microseconds per kernel name over `calls` calls of fn, and per call in all."""
+    """Mean GPU microseconds per kernel name over `calls` calls of fn, per call in all, and the
+    last call's kernels as (name, start, end) in microseconds from its first kernel's start."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -47,12 +48,16 @@ def kernel_times(fn, calls=10):
             fn()
         torch.cuda.synchronize()
     per_kernel = collections.defaultdict(list)
+    spans = []
     for e in prof.events():
         if e.device_type.name == "CUDA":
             name = e.name.split("<")[0].split("(")[0].split("::")[-1][:48]
             per_kernel[name].append(e.time_range.elapsed_us())
+            spans.append((e.time_range.start, e.time_range.end, name))
     times = {k: sum(v) / calls for k, v in per_kernel.items()}
-    return times, sum(times.values())
+    last = sorted(spans)[-(len(spans) // calls):] if spans else []
+    timeline = [(name, start - last[0][0], end - last[0][0]) for start, end, name in last]
+    return times, sum(times.values()), timeline
 
 
 def call_time(fn, calls=20):
@@ -73,6 +78,8 @@ def main():
     parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--family", default="auto")
     parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print one call's kernels by start and end (overlaps, gaps)")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                         help="time cuDNN's and FlashAttention-2's backward too")
     args = parser.parse_args()
@@ -102,7 +109,7 @@ def main():
                                                                     retain_graph=True))(o, g)
         print(f"b{b} s{s} h{h}/{hk} d{d}{' causal' if causal else ''}")
         for name, fn in impls.items():
-            times, total = kernel_times(fn)
+            times, total, timeline = kernel_times(fn)
             if total == 0:  # no CUDA events: another profiler (Nsight Compute) holds CUPTI
                 print(f"  {name}: no kernel times")
                 continue
@@ -111,6 +118,8 @@ def main():
             call = call_time(fn)
             print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s), a call "
                   f"{call:.0f} us by events: {parts}")
+            if args.timeline:
+                print("    one call: " + ", ".join(f"{k} {s:.0f}-{e:.0f}" for k, s, e in timeline))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ namespace {
 
 BackwardWorkspace workspace_for(const BackwardArgs& a) {
   const int64_t total_q = a.cu_seqlens_q != nullptr ? a.total_q : a.batch * a.seqlen_q;
-  return backward_workspace(total_q, a.batch, a.heads, a.head_dim, a.deterministic != 0);
+  return backward_workspace(total_q, a.batch, a.heads, a.head_dim);
 }
 
 // The backward of the smallest compiled bucket that holds head_dim, for each family the call
@@ -102,8 +102,7 @@ Status backward(const BackwardArgs& args) {
     params.lse_log2_padded = stats;
     params.dout_dot_out_padded = stats + params.heads * params.padded_rows;
     params.dq_accum = reinterpret_cast<float*>(base + layout.dq_accum_offset);
-    params.dq_turns =
-        params.deterministic ? reinterpret_cast<int*>(base + layout.dq_turns_offset) : nullptr;
+    params.dq_counts = reinterpret_cast<int*>(base + layout.dq_counts_offset);
   }
 
   int device = -1;

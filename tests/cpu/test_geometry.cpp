@@ -2,7 +2,8 @@
 // TileInfo built on it, run on the host against a brute-force check of every (query, key) pair:
 // - forward: a query tile's key-block range holds every block with a key some row sees and ends
 //   on such blocks; every visited block with a hidden pair is masked;
-// - backward: the same for a key tile's query blocks (rows past seqlen_q count as hidden);
+// - backward: the same for a key tile's query blocks (rows past seqlen_q count as hidden), and
+//   a query block's key tiles are exactly those whose query range holds it;
 // - the element mask of each row is exactly its visible keys.
 // Windows of both edges, both causal alignments, lengths off the tile grid, for the tile shapes
 // of both kernel families; dense and packed sequences, and key lengths read from arrays.
@@ -100,6 +101,15 @@ void check_problem(const Problem& p) {
   for (int n = 0; n * N < p.sk; ++n) {
     BlockRange const rows = mask.query_blocks<M, N>(n);
     ASSERT_LE(rows.end, (p.sq + M - 1) / M);
+  }
+  // key_tiles_of: exactly the key tiles whose query range holds the block.
+  for (int m = 0; m * M < p.sq; ++m) {
+    BlockRange const tiles = mask.key_tiles_of<M, N>(m);
+    for (int n = 0; n * N < p.sk; ++n) {
+      BlockRange const rows = mask.query_blocks<M, N>(n);
+      ASSERT_EQ(m >= rows.begin && m < rows.end, n >= tiles.begin && n < tiles.end)
+          << "query block " << m << " key tile " << n;
+    }
   }
   // Element mask: row_keys is exactly the visible keys of the row.
   for (int row = 0; row < p.sq; ++row) {

@@ -4,8 +4,8 @@
 // them by default), each group's values one contiguous part of the block: value v of thread t
 // lies in float4 (t / G) * (V / 4) * G + (v / 4) * G + t % G (G threads of V values each), so a
 // warp's 16-byte additions cover 512 contiguous bytes (row-major blocks scatter each into 8 rows)
-// and a group can hand its part on alone. dq_from_fragments_kernel reads a block back through the
-// same MMA partition, scales it and converts it.
+// and a group can hand its part on alone. convert_dq_block reads a block back through the same
+// MMA partition, scales it and converts it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -78,27 +78,26 @@ struct DqFragments {
   }
 };
 
-// Grid: (query blocks, heads, batch), one thread per thread of the dQ MMA.
+// Block m_block of dQ's accumulator, scaled and converted into dq: the CTA's threads are the
+// dQ MMA's, and the dynamic shared memory holds Fragments::kSmemBytes. The accumulator is read
+// through L2 (a kernel still running may have just completed it).
 template <class Fragments>
-__global__ void __launch_bounds__(Fragments::kThreads)
-    dq_from_fragments_kernel(const BackwardParams p) {
+CUTE_DEVICE void convert_dq_block(BackwardParams const& p, SequenceInfo<> const& seq, int sequence,
+                                  int head, int m_block) {
   using namespace cute;
   using Element = typename Fragments::Element;
   constexpr int kBlockM = Fragments::kBlockM, kWidth = Fragments::kWidth;
   constexpr int kThreads = Fragments::kThreads;
   extern __shared__ float4 tile_raw[];
   auto tile = reinterpret_cast<float(*)[Fragments::kRowFloats]>(tile_raw);
-  int const m_block = blockIdx.x, head = blockIdx.y, thread = threadIdx.x;
-  SequenceInfo<> const seq(p.sequences(), int(blockIdx.z));
-  int const row0 = m_block * kBlockM;
-  if (row0 >= seq.seqlen_q) return;
+  int const thread = threadIdx.x, row0 = m_block * kBlockM;
   Tensor coords = typename Fragments::TiledMmaDq{}.get_thread_slice(thread).partition_C(
       make_identity_tensor(typename Fragments::Tile{}));
   float4 const* const src =
-      reinterpret_cast<float4 const*>(Fragments::block(p, seq, int(blockIdx.z), head, m_block));
+      reinterpret_cast<float4 const*>(Fragments::block(p, seq, sequence, head, m_block));
   CUTE_UNROLL
   for (int j = 0; j < size(coords) / 4; ++j) {
-    float4 const v = src[Fragments::vector_index(j, thread)];
+    float4 const v = __ldcg(src + Fragments::vector_index(j, thread));
     float const values[4] = {v.x, v.y, v.z, v.w};
     CUTE_UNROLL
     for (int i = 0; i < 4; i += 2) {
@@ -127,6 +126,16 @@ __global__ void __launch_bounds__(Fragments::kThreads)
       *reinterpret_cast<Vector*>(dq + int64_t(row) * p.dq_row_stride + col) = out;
     }
   }
+}
+
+// Grid: (query blocks, heads, batch), one thread per thread of the dQ MMA.
+template <class Fragments>
+__global__ void __launch_bounds__(Fragments::kThreads)
+    dq_from_fragments_kernel(const BackwardParams p) {
+  int const m_block = blockIdx.x, sequence = blockIdx.z;
+  SequenceInfo<> const seq(p.sequences(), sequence);
+  if (m_block * Fragments::kBlockM >= seq.seqlen_q) return;
+  convert_dq_block<Fragments>(p, seq, sequence, int(blockIdx.y), m_block);
 }
 
 // `device`: the current device, which the caller made the tensors' device.

@@ -8,6 +8,7 @@
 
 #include "kernels/backward/workspace.hpp"
 #include "kernels/common/backward_params.hpp"
+#include "kernels/common/dependent_launch.hpp"
 #include "kernels/common/score_modifiers.hpp"
 #include "kernels/common/sequence_info.hpp"
 
@@ -32,11 +33,14 @@ inline dim3 padded_row_kernel_grid(const AttentionParams& p) {
 
 // kPadded = false: dout_dot_out with the LSE's strides (the SM80 family). kPadded = true: the
 // padded rows of the Hopper family, the LSE in log2 units beside it, the padding filled, and
-// (kAccumWidth > 0) the same rows of dQ's accumulator zeroed (kAccumWidth floats a row): its
-// main kernel adds whole blocks of those rows, and no separate clear pass is needed.
+// (kAccumWidth > 0) the same rows of dQ's accumulator zeroed (kAccumWidth floats a row) with
+// their blocks' counts: its main kernel adds whole blocks of those rows, and no separate clear
+// pass is needed. The main kernel may launch at once (programmatic dependent launch) and waits
+// for this grid before it reads.
 template <class Element, bool kPadded = false, int kAccumWidth = 0>
 __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const BackwardParams p) {
   static_assert(kAccumWidth == 0 || (kPadded && kAccumWidth % (4 * kLanesPerRow) == 0));
+  allow_dependent_launch();
   using Vector = cutlass::AlignedArray<Element, kVector, 16>;
   const int head = blockIdx.y;
   const SequenceInfo<> seq(p.sequences(), blockIdx.z);
@@ -47,6 +51,13 @@ __global__ void __launch_bounds__(kRowThreads) dout_dot_out_kernel(const Backwar
   const int rows_written =
       kPadded ? (seq.seqlen_q + PaddedRows::kBlock - 1) / PaddedRows::kBlock * PaddedRows::kBlock
               : seq.seqlen_q;
+  if constexpr (kAccumWidth > 0) {
+    static_assert(kRowsPerBlock == kDqCountRows, "one count per block of rows");
+    int64_t const first_row = padded_base + int64_t(blockIdx.x) * kRowsPerBlock;
+    if (threadIdx.x == 0 && int(blockIdx.x) * kRowsPerBlock < rows_written) {
+      p.dq_counts[first_row / kDqCountRows] = 0;
+    }
+  }
   for (int r = threadIdx.x / kLanesPerRow; r < kRowsPerBlock; r += kRowsPerPass) {
     const int row = blockIdx.x * kRowsPerBlock + r;
     if (row >= rows_written) break;

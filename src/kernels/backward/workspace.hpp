@@ -37,9 +37,9 @@ struct BackwardWorkspace {
   // fp32 dq sums: heads * PaddedRows * the bucket's width (whole query blocks in the dQ MMA's
   // register order, both families; unused by the SM80 family when deterministic).
   uint64_t dq_accum_offset;
-  // Deterministic only: one int per 64 padded rows of each head, the Hopper family's turns of
-  // the key blocks adding to a dQ block.
-  uint64_t dq_turns_offset;
+  // One int per 64 padded rows of each head: the Hopper family's count of the key blocks that
+  // have finished adding to a dQ block.
+  uint64_t dq_counts_offset;
   uint64_t bytes;  // the whole workspace
 };
 
@@ -53,18 +53,17 @@ constexpr int64_t backward_bucket(int64_t head_dim) {
   return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256;
 }
 
-// Rows per dQ turn counter: the Hopper backward's smallest query block (a block of 128 rows
+// Rows per dQ block counter: the Hopper backward's smallest query block (a block of 128 rows
 // takes the counter of its first 64).
-constexpr int kDqTurnRows = 64;
+constexpr int kDqCountRows = 64;
 
 constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64_t heads,
-                                               int64_t head_dim, bool deterministic) {
+                                               int64_t head_dim) {
   int64_t const padded = PaddedRows::total(total_q, batch);
   uint64_t const stats = round_up_256(larger(heads * total_q, 2 * heads * padded) * sizeof(float));
   uint64_t const accum = round_up_256(heads * padded * backward_bucket(head_dim) * sizeof(float));
-  uint64_t const turns =
-      deterministic ? round_up_256(heads * (padded / kDqTurnRows) * sizeof(int)) : 0;
-  return {0, stats, stats + accum, stats + accum + turns};
+  uint64_t const counts = round_up_256(heads * (padded / kDqCountRows) * sizeof(int));
+  return {0, stats, stats + accum, stats + accum + counts};
 }
 
 }  // namespace flashcute

@@ -31,9 +31,10 @@ struct BackwardParams : AttentionParams {
   // fp32 sums of dq / softmax_scale over key blocks, one block per (head, query block) in the dQ
   // MMA's register order (backward::DqFragments); unused by the SM80 family when deterministic.
   float* dq_accum;
-  // Hopper family, deterministic: per dQ block (64 padded rows of one head), how many key blocks
-  // have added to it; each adds in turn, in key-block order. Zeroed by the launch. Null otherwise.
-  int* dq_turns;
+  // Hopper family: per dQ block (64 padded rows of one head), how many key blocks have finished
+  // adding to it (deterministic: each adds in its turn, in key-block order); zeroed by the
+  // pre-pass. dQ's post-pass converts a block once its count is complete.
+  int* dq_counts;
 
   bool deterministic;
 };

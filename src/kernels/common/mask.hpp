@@ -112,6 +112,29 @@ struct AttentionMask {
     return {begin, end <= 0 ? 0 : ceil_div(end, kBlockM)};
   }
 
+  // Backward, the inverse of query_blocks: the key tiles whose query range holds block m_block,
+  // by bisection over query_blocks itself (both ends of a tile's range grow with the tile, so
+  // the tiles are contiguous), so that the tiles counted here are the ones that add to it.
+  template <int kBlockM, int kBlockN>
+  CUTE_HOST_DEVICE BlockRange key_tiles_of(int m_block) const {
+    int const tiles = seqlen_k <= 0 ? 0 : ceil_div(seqlen_k, kBlockN);
+    // The first tile in [0, tiles) for which past(tile) holds (tiles if none); past is monotone.
+    auto const first = [tiles](auto past) {
+      int lo = 0, hi = tiles;
+      while (lo < hi) {
+        int const mid = (lo + hi) / 2;
+        if (past(mid)) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      return lo;
+    };
+    return {first([&](int n) { return query_blocks<kBlockM, kBlockN>(n).end > m_block; }),
+            first([&](int n) { return query_blocks<kBlockM, kBlockN>(n).begin > m_block; })};
+  }
+
   // Backward: the query blocks of key tile n with a hidden pair. Below: the right edge for the
   // tile's last key and the block's first row (m * kBlockM < last_key - diag - right). From:
   // the query residue ((m + 1) * kBlockM > seqlen_q), the left edge for the tile's first key and

@@ -114,16 +114,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(const Decod
 // it may start early and wait for that grid.
 template <class Element>
 cudaError_t launch_combine(const DecodeParams& p, cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(p.total_q * p.heads));
-  config.blockDim = dim3(kCombineWarps * 32);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = p.dependent_launch ? 1 : 0;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, combine_kernel<Element>, p);
+  return launch_dependent(p.dependent_launch, combine_kernel<Element>,
+                          dim3(unsigned(p.total_q * p.heads)), dim3(kCombineWarps * 32), 0, stream,
+                          p);
 }
 
 }  // namespace flashcute::decode

@@ -9,11 +9,12 @@
 #include <climits>
 #include <type_traits>
 
-#include "kernels/backward/dq_fragments.cuh"
 #include "kernels/backward/row_kernels.cuh"
+#include "kernels/common/dependent_launch.hpp"
 #include "kernels/common/score_modifiers.hpp"
 #include "kernels/device_attributes.hpp"
 #include "kernels/kernel_registry.hpp"
+#include "kernels/sm90/backward/dq_post_pass.hpp"
 #include "kernels/sm90/backward/traits.hpp"
 #include "kernels/sm90/kernel/backward_kernel.hpp"
 #include "kernels/sm90/launch.hpp"  // aligned16
@@ -53,20 +54,17 @@ bool supports_backward(const BackwardParams& p) {
   return true;
 }
 
+// The pre-pass, then the main kernel and dQ's post-pass, each launched to start while the
+// grid before it runs (they wait for it as dependent_launch.hpp says).
 template <class Traits>
 cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using Kernel = BackwardKernel<Traits>;
   namespace rows = flashcute::backward;
-  cudaError_t err = cudaSuccess;
-  if (p.deterministic) {
-    static_assert(Traits::kBlockM % kDqTurnRows == 0);
-    err = cudaMemsetAsync(p.dq_turns, 0,
-                          size_t(p.heads) * (p.padded_rows / kDqTurnRows) * sizeof(int), stream);
-    if (err != cudaSuccess) return err;
-  }
   rows::dout_dot_out_kernel<Element, true, Traits::kHeadDim>
       <<<rows::padded_row_kernel_grid(p), rows::kRowThreads, 0, stream>>>(p);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
 
   auto const kernel = backward_kernel<Kernel>;
   int device = 0;
@@ -76,11 +74,11 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
                                 Kernel::kSmemBytes);
   });
   if (err != cudaSuccess) return err;
-  kernel<<<Kernel::launch_order(p).num_ctas(), Kernel::kThreads, Kernel::kSmemBytes, stream>>>(
-      Kernel::to_params(p));
-
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  return rows::launch_dq_from_fragments<typename Kernel::DqBlocks>(p, device, stream);
+  err = launch_dependent(true, kernel, dim3(Kernel::launch_order(p).num_ctas()),
+                         dim3(Kernel::kThreads), Kernel::kSmemBytes, stream, Kernel::to_params(p));
+  if (err != cudaSuccess) return err;
+  return DqPostPass<typename Kernel::DqBlocks, Traits::kBlockN, !Traits::kSplitHeadDim>::launch(
+      p, device, stream);
 }
 
 template <class Element, int kHeadDim>

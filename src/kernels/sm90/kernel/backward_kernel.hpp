@@ -11,7 +11,9 @@
 //   the next step's first GEMMs. The warpgroups stage the step's dQ in shared memory (at 64 rows
 //   per step each its own half, meeting a second producer warp on barriers of its own, so that
 //   neither waits for the other's staging); that warp adds each staged part to the fp32
-//   accumulator in global memory with one bulk reduction (cp.reduce.async.bulk).
+//   accumulator in global memory with one bulk reduction (cp.reduce.async.bulk), and counts the
+//   blocks it has finished, so that dQ's post-pass (sm90/backward/dq_post_pass.hpp) converts each
+//   as soon as its count is complete, under the main kernel's last CTAs.
 // - kHeadDim: the warpgroups share 64 keys, each takes half of the step's queries for S^T and
 //   dP^T and half of the head dim for dK, dV and dQ; P^T and dS^T meet in shared memory, and each
 //   warpgroup adds its dQ half to the accumulator with 16-byte atomics while dV's and dK's GEMMs
@@ -28,6 +30,7 @@
 #include "kernels/backward/dq_fragments.cuh"
 #include "kernels/backward/workspace.hpp"
 #include "kernels/common/backward_params.hpp"
+#include "kernels/common/dependent_launch.hpp"
 #include "kernels/common/mask.hpp"
 #include "kernels/common/sequence_info.hpp"
 #include "kernels/sm80/predicated_copy.cuh"
@@ -155,6 +158,10 @@ struct BackwardKernel {
   CUTE_DEVICE static void run(Params const& params, char* smem_raw) {
     auto& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
     BackwardParams const& p = params.p;
+    // The pre-pass's row statistics, dQ's zeroed accumulator and counts are needed from here on.
+    // dQ's post-pass may launch now: it waits for its blocks' counts (or for this grid).
+    wait_for_prior_grid();
+    allow_dependent_launch();
     Work const work(p);
     if (work.n_block * kBlockN >= work.seq.seqlen_k) return;  // a shorter packed sequence
 
@@ -555,9 +562,7 @@ struct BackwardKernel {
   template <class Dq>
   CUTE_DEVICE static void add_dq(BackwardParams const& p, Work const& work, int step, Dq const& dq,
                                  int thread) {
-    DqBlocks::add(
-        DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), work.m_block(step)), dq,
-        thread);
+    DqBlocks::add(dq_block(p, work, step), dq, thread);
   }
 
   // A part's threads and the writer warp meet on the part's barriers.
@@ -593,13 +598,16 @@ struct BackwardKernel {
     return p.deterministic && p.window_right >= 0;
   }
 
-  // This CTA's turn at m_block: its distance from the range's first key block in turn order,
-  // found by bisection over the rule the adding CTAs themselves use (query_blocks), so that no
-  // turn is waited for that no CTA takes.
+  // This CTA's turn at m_block: its distance from the first key tile in turn order among those
+  // that add to the block (the ends of AttentionMask::key_tiles_of), by bisection over the rule
+  // the adding CTAs themselves use (query_blocks), so that no turn is waited for that no CTA
+  // takes. The bisection covers only the tiles on the turn order's near side of this one: the
+  // writer computes it at every step, and a bisection over every tile slowed the deterministic
+  // main kernel 15%.
   CUTE_DEVICE static int dq_turn(BackwardParams const& p, Work const& work, int m_block) {
     if (turns_descend(p)) {
-      // The last key block of the sequence whose range begins at or before m_block (its range
-      // ends past it: the ends grow too).
+      // The last key tile whose range begins at or before m_block (its range ends past it: the
+      // ends grow too).
       int lo = work.n_block, hi = (work.seq.seqlen_k + kBlockN - 1) / kBlockN - 1;
       while (lo < hi) {
         int const mid = (lo + hi + 1) / 2;
@@ -611,7 +619,7 @@ struct BackwardKernel {
       }
       return lo - work.n_block;
     }
-    // The first key block whose range ends past m_block (its range begins at or before it).
+    // The first key tile whose range ends past m_block (its range begins at or before it).
     int lo = 0, hi = work.n_block;
     while (lo < hi) {
       int const mid = (lo + hi) / 2;
@@ -624,9 +632,16 @@ struct BackwardKernel {
     return work.n_block - lo;
   }
 
+  // The count of the dQ block that starts at `block` (its first 64 rows' counter).
+  static_assert(kBlockM % kDqCountRows == 0, "a dQ block of whole counters");
+  CUTE_DEVICE static int* dq_count(BackwardParams const& p, float const* block) {
+    return p.dq_counts + (block - p.dq_accum) / (kDqCountRows * kHeadDim);
+  }
+
   // The writer warp: each part of each step's dQ added to its block of the accumulator by one
-  // bulk reduction, in part order. Deterministic: each block in its turn (dq_turn), after the one
-  // before has finished (the block's turn counter, released once its reductions are complete).
+  // bulk reduction, in part order, and the blocks' counts raised once the reductions are
+  // complete (for dQ's post-pass): deterministic, each block's in its turn (dq_turn), once the
+  // count shows the turns before it done; otherwise all of them at the CTA's end (count_blocks).
   // Only the leader lane holds the step's values: the warp runs on the producer's registers.
   CUTE_DEVICE static void write_dq(BackwardParams const& p, SharedStorage& smem, Work const& work) {
     bool const leader = threadIdx.x % 32 == 0;
@@ -648,22 +663,48 @@ struct BackwardKernel {
       __syncwarp();
       if (step + 1 < work.steps) release_parts();
     }
+    if (leader && work.steps > 0 && !p.deterministic) count_blocks(p, work);
+  }
+
+  // The writer's leader, once every reduction of the CTA has been issued: their completion, then
+  // one more key tile done with each block they added to (every query block of the CTA's range,
+  // for each query head of its group). Counting at each step instead, once the step before's
+  // reductions were complete, slowed the main kernel 11-20%; the post-pass gains little from
+  // early counts, as it starts when the main kernel's last CTAs do.
+  CUTE_DEVICE static void count_blocks(BackwardParams const& p, Work const& work) {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");  // releases the counts below
+    constexpr int kCountsPerBlock = kBlockM / kDqCountRows;
+    int* count =
+        dq_count(p, DqBlocks::block(p, work.seq, work.sequence, work.head_kv * p.heads_per_kv_head,
+                                    work.blocks.begin));
+    int64_t const next_head = p.padded_rows / kDqCountRows -
+                              int64_t(work.blocks.end - work.blocks.begin) * kCountsPerBlock;
+    for (int h = 0; h < p.heads_per_kv_head; ++h, count += next_head) {
+      for (int m = work.blocks.begin; m < work.blocks.end; ++m, count += kCountsPerBlock) {
+        asm volatile("red.relaxed.gpu.global.add.s32 [%0], 1;" ::"l"(count) : "memory");
+      }
+    }
+  }
+
+  // Where a step's dQ sums: block m_block of its query head.
+  CUTE_DEVICE static float* dq_block(BackwardParams const& p, Work const& work, int step) {
+    return DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), work.m_block(step));
   }
 
   // The writer's leader: one staged part of the step's dQ added to the accumulator; after the
-  // last part, the buffer read (or, deterministic, the reductions complete and the next turn
-  // released).
+  // last part, the buffer read (deterministic: the reductions complete, their writes done, and
+  // the block's count raised: the next turn).
   CUTE_DEVICE static void reduce_dq_part(BackwardParams const& p, SharedStorage& smem,
                                          Work const& work, int step, int part) {
-    int const m_block = work.m_block(step);
-    float* const dst = DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), m_block);
-    int* const turn =
-        p.deterministic ? p.dq_turns + (dst - p.dq_accum) / (kDqTurnRows * kHeadDim) : nullptr;
-    if (turn != nullptr && part == 0) {
-      int const mine = dq_turn(p, work, m_block);
+    float* const dst = dq_block(p, work, step);
+    if (p.deterministic && part == 0) {
+      int const mine = dq_turn(p, work, work.m_block(step));
+      int const* const count = dq_count(p, dst);
       int taken;
       do {
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(taken) : "l"(turn) : "memory");
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(taken) : "l"(count) : "memory");
       } while (taken != mine);
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
     }
@@ -678,11 +719,10 @@ struct BackwardKernel {
         : "memory");
     cute::tma_store_arrive();
     if (part + 1 < kDqParts) return;
-    if (turn != nullptr) {
-      // Complete (their writes done, not only their reads of the buffer), then the next turn.
+    if (p.deterministic) {
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
       asm volatile("fence.proxy.async.global;" ::: "memory");
-      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(dq_count(p, dst)) : "memory");
     } else {
       cute::tma_store_wait<0>();  // the buffer has been read
     }
