@@ -60,8 +60,8 @@ def kernel_times(fn, calls=10):
     return times, sum(times.values()), timeline
 
 
-def call_time(fn, calls=20):
-    """Median GPU microseconds from an event before each call of fn to one after it."""
+def call_times(fn, calls=20):
+    """GPU microseconds from an event before each call of fn to one after it, in call order."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     torch.cuda._sleep(200_000_000)  # the CPU queues every call behind ~0.1 s of GPU time
@@ -70,7 +70,7 @@ def call_time(fn, calls=20):
         fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
 
 
 def main():
@@ -115,11 +115,13 @@ def main():
                 continue
             parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(times.items(),
                                                                  key=lambda kv: -kv[1]))
-            call = call_time(fn)
+            calls = call_times(fn)
+            call = statistics.median(calls)
             print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s), a call "
                   f"{call:.0f} us by events: {parts}")
             if args.timeline:
                 print("    one call: " + ", ".join(f"{k} {s:.0f}-{e:.0f}" for k, s, e in timeline))
+                print("    queued calls in order: " + " ".join(f"{t:.0f}" for t in calls))
 
 
 if __name__ == "__main__":
