@@ -4,7 +4,9 @@
 Every implementation is timed the same way, in this one process: the same input buffers each call
 (warm L2), `--warmup` calls, then the median of `--iters` calls, each between two CUDA events. A
 GPU sleep queued before the timed calls lets the CPU enqueue them all ahead of the GPU, so host
-overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch. Each row times
+overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch; warm-up calls
+queued behind the sleep keep the GPU busy for at least SETTLE_MS before the first timed call, so
+that every timed call sees the GPU in the state sustained work puts it in. Each row times
 every implementation `--rounds` times in rotating order and keeps the median, and a few seconds
 of GEMMs before the first row bring the clock up from idle, so that no implementation is measured
 in a moment the others do not share.
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import pathlib
 import random
@@ -34,6 +37,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 import warnings
 
 import torch
@@ -208,20 +212,47 @@ def decode_bytes(r):
 # ---------------------------------------------------------------------------------------------
 # Timing
 
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
+# The GPU runs about 10% slower after some 50 ms of continuous work than before it, for every
+# implementation alike (bench/NOTES.md, the backward's seed rows); the warm-up calls queued ahead of
+# the timed ones fill at least this much GPU time, so that every timed call runs in the state a
+# sustained workload sees, never astride the step.
+SETTLE_MS = 80.0
+
+
+def queued_call_ms(fn, warmup, iters):
+    """GPU milliseconds of `iters` calls of fn, in call order, each between two CUDA events, queued
+    behind a GPU sleep together with the warm-up calls that precede them: at least `warmup` calls
+    and SETTLE_MS of GPU time. The sleep lasts at least twice as long as the host takes to queue
+    them all, so that the GPU never waits for the host."""
+    for _ in range(warmup):  # the first calls may allocate or initialise
         fn()
     torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    host_start = time.perf_counter()
+    start.record()
+    for _ in range(warmup):
+        fn()
+    end.record()
+    host_s = (time.perf_counter() - host_start) / warmup
+    torch.cuda.synchronize()
+    gpu_ms = max(start.elapsed_time(end) / warmup, 1e-3)
+    settle = max(warmup, math.ceil(SETTLE_MS / gpu_ms))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time: the CPU queues every call behind it
+    sleep_s = max(0.1, 2 * host_s * (settle + iters))
+    torch.cuda._sleep(int(sleep_s * 2e9))  # cycles, at about 2 GHz
+    for _ in range(settle):
+        fn()
     for start, end in zip(starts, ends):
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return times[len(times) // 2]
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def median_ms(fn, warmup, iters):
+    return statistics.median(queued_call_ms(fn, warmup, iters))
 
 
 def warm_up_gpu(seconds=3.0):

@@ -2,11 +2,11 @@
 """Where a backward call's GPU time goes: each kernel's mean duration (torch.profiler) for our
 backward beside cuDNN's and FlashAttention-2's (SDPA), per row, for tuning the backward.
 
-Beside the kernels' sum, each call's own GPU time by CUDA events (the calls queued behind a GPU
-sleep, as bench/bench.py times them): what exceeds the sum is the gaps between the kernels.
+Beside the kernels' sum, each call's own GPU time by CUDA events (the median of queued calls, timed
+as bench/bench.py times them): what exceeds the sum is the gaps between the kernels.
 
 Usage: python3 bench/bwd_kernels.py [--rows B:S:H:D[:HK][:causal],...] [--family auto|sm80|sm90]
-       [--deterministic] [--peers | --no-peers] [--timeline]
+       [--deterministic] [--peers | --no-peers] [--timeline] [--queued N]
 (bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks; --deterministic adds
 our deterministic call as a row of its own)
 """
@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
+
+from bench import queued_call_ms
 
 try:
     import flashcute
@@ -60,26 +62,15 @@ def kernel_times(fn, calls=10):
     return times, sum(times.values()), timeline
 
 
-def call_times(fn, calls=20):
-    """GPU microseconds from an event before each call of fn to one after it, in call order."""
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    torch.cuda._sleep(200_000_000)  # the CPU queues every call behind ~0.1 s of GPU time
-    for start, end in zip(starts, ends):
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--family", default="auto")
     parser.add_argument("--deterministic", action="store_true")
     parser.add_argument("--timeline", action="store_true",
-                        help="print one call's kernels by start and end (overlaps, gaps)")
+                        help="print one call's kernels by start and end (overlaps, gaps) and "
+                        "the queued calls' times in order")
+    parser.add_argument("--queued", type=int, default=20, help="timed queued calls per row")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                         help="time cuDNN's and FlashAttention-2's backward too")
     args = parser.parse_args()
@@ -115,7 +106,7 @@ def main():
                 continue
             parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(times.items(),
                                                                  key=lambda kv: -kv[1]))
-            calls = call_times(fn)
+            calls = [ms * 1e3 for ms in queued_call_ms(fn, 5, args.queued)]
             call = statistics.median(calls)
             print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s), a call "
                   f"{call:.0f} us by events: {parts}")
