@@ -212,10 +212,10 @@ def decode_bytes(r):
 # ---------------------------------------------------------------------------------------------
 # Timing
 
-# The GPU runs about 10% slower after some 50 ms of continuous work than before it, for every
-# implementation alike (bench/NOTES.md, the backward's seed rows); the warm-up calls queued ahead of
-# the timed ones fill at least this much GPU time, so that every timed call runs in the state a
-# sustained workload sees, never astride the step.
+# After some 50 ms of continuous work the GPU's power limit sets its clock, up to ~10% lower for
+# the backward (bench/NOTES.md); the warm-up calls queued ahead of the timed ones fill at least
+# this much GPU time, so that every timed call runs in the state a sustained workload sees, never
+# astride the step.
 SETTLE_MS = 80.0
 
 

@@ -6,13 +6,16 @@ Beside the kernels' sum, each call's own GPU time by CUDA events (the median of 
 as bench/bench.py times them): what exceeds the sum is the gaps between the kernels.
 
 Usage: python3 bench/bwd_kernels.py [--rows B:S:H:D[:HK][:causal],...] [--family auto|sm80|sm90]
-       [--deterministic] [--peers | --no-peers] [--timeline] [--queued N]
+       [--deterministic] [--peers | --no-peers] [--timeline] [--queued N] [--energy]
 (bf16; the rows default to the d 128 sweep's s 2k and s 8k shapes, both masks; --deterministic adds
-our deterministic call as a row of its own)
+our deterministic call as a row of its own; --energy adds each call's energy in the GPU's
+sustained state, where its power limit sets the clock)
 """
 
 import argparse
 import collections
+import ctypes
+import math
 import statistics
 import sys
 
@@ -21,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from bench import queued_call_ms
+from bench import SETTLE_MS, queued_call_ms
 
 try:
     import flashcute
@@ -62,6 +65,42 @@ def kernel_times(fn, calls=10):
     return times, sum(times.values()), timeline
 
 
+class Nvml:
+    """The GPU's total energy counter (NVML, millijoules since the driver loaded)."""
+
+    def __init__(self, index=0):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self.handle = ctypes.c_void_p()
+        if self.lib.nvmlInit_v2() or self.lib.nvmlDeviceGetHandleByIndex_v2(
+                index, ctypes.byref(self.handle)):
+            raise RuntimeError("NVML: no handle for the GPU")
+
+    def energy_mj(self):
+        value = ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(value)):
+            raise RuntimeError("NVML: no energy counter")
+        return value.value
+
+
+def sustained_energy(fn, call_ms, nvml, seconds=0.5):
+    """Joules per call of fn and the GPU's mean watts over `seconds` of queued calls that follow
+    SETTLE_MS of them (the counter read as the GPU reaches the first and the last timed call)."""
+    settle, timed = math.ceil(SETTLE_MS / call_ms), math.ceil(seconds * 1e3 / call_ms)
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(2e9))  # about a second: the host queues every call behind it
+    for _ in range(settle):
+        fn()
+    begin.record()
+    for _ in range(timed):
+        fn()
+    end.record()
+    begin.synchronize()
+    first = nvml.energy_mj()
+    end.synchronize()
+    joules = (nvml.energy_mj() - first) * 1e-3
+    return joules / timed, joules / (begin.elapsed_time(end) * 1e-3)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=DEFAULT_ROWS)
@@ -71,9 +110,12 @@ def main():
                         help="print one call's kernels by start and end (overlaps, gaps) and "
                         "the queued calls' times in order")
     parser.add_argument("--queued", type=int, default=20, help="timed queued calls per row")
+    parser.add_argument("--energy", action="store_true",
+                        help="joules per call and mean watts in the GPU's sustained state")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                         help="time cuDNN's and FlashAttention-2's backward too")
     args = parser.parse_args()
+    nvml = Nvml() if args.energy else None
     for text in args.rows.split(","):
         b, s, h, d, hk, causal = parse_row(text)
         gen = torch.Generator(device="cuda")
@@ -113,6 +155,9 @@ def main():
             if args.timeline:
                 print("    one call: " + ", ".join(f"{k} {s:.0f}-{e:.0f}" for k, s, e in timeline))
                 print("    queued calls in order: " + " ".join(f"{t:.0f}" for t in calls))
+            if nvml:
+                joules, watts = sustained_energy(fn, call * 1e-3, nvml)
+                print(f"    sustained: {joules:.3f} J a call, {watts:.0f} W")
 
 
 if __name__ == "__main__":
