@@ -9,15 +9,9 @@
 // and the unpaired middle tiles go last, where they fill the tail.
 // Packed batches: the units of each sequence are counted from its own length, so no unit is an
 // empty tile past a short sequence's end (sized for the longest sequence, those left whole CTAs
-// idle while others ran long sequences). A unit's cost grows with its sequence's length, so the
-// sequences are taken longest first, in classes of their tile count ((top / 2, top] tiles, top
-// halving from the longest sequence's count; each class in index order), and the CTAs take the
-// units of each round in the order that reverses every round (a snake): each CTA then gets a
-// share of every class, costliest first, with no sorting and no global counter (on a row of 64
-// sequences of 64-1024 tokens, the busiest CTA holds ~3% above the mean, against ~14% in index
-// order by plain rounds; bench/NOTES.md). A CTA's units only grow, so it finds each unit's
-// sequence by walking a cursor forward over the (class, sequence) pairs, reading the lengths
-// from cu_seqlens_q (L1-resident) as it goes.
+// idle while others ran long sequences). A CTA's units only grow, so it finds each unit's
+// sequence by walking a cursor forward over the sequences, reading their lengths from
+// cu_seqlens_q (L1-resident) as it goes.
 // Host-callable too, so that a CPU test can check that every tile is handed out exactly once.
 #pragma once
 
@@ -56,9 +50,9 @@ struct TileScheduler {
 
   int unit;    // index of the current unit
   int second;  // 0: the unit's first (heavier) tile, 1: its second
-  // Packed batches only: the class of the sequence that holds `unit` (its largest tile count; 0
-  // once the list is exhausted), that sequence and the index of its first unit.
-  int top, seq, seq_unit0;
+  // Packed batches only: the sequence that holds `unit` (batch = number of sequences when the
+  // list is exhausted) and the index of that sequence's first unit.
+  int seq, seq_unit0;
 
   // Host, once per launch.
   static Params to_params(Arguments const& a) {
@@ -83,16 +77,12 @@ struct TileScheduler {
   }
 
   CUTE_HOST_DEVICE TileScheduler(Params const& p, int first_unit)
-      : unit(first_unit),
-        second(0),
-        top(p.num_m_blocks > 0 ? p.num_m_blocks : 1),
-        seq(0),
-        seq_unit0(0) {
+      : unit(first_unit), second(0), seq(0), seq_unit0(0) {
     if (p.cu_seqlens_q != nullptr) seek(p);
   }
 
   CUTE_HOST_DEVICE bool valid(Params const& p) const {
-    return p.cu_seqlens_q != nullptr ? top > 0 : unit < p.num_units;
+    return p.cu_seqlens_q != nullptr ? seq < p.batch : unit < p.num_units;
   }
 
   CUTE_HOST_DEVICE WorkTile get(Params const& p) const {
@@ -122,16 +112,8 @@ struct TileScheduler {
       return;
     }
     second = 0;
-    if (p.cu_seqlens_q == nullptr) {
-      unit += grid_size;  // dense units cost the same: plain rounds
-      return;
-    }
-    // The CTA's index and round follow from the unit (no registers of their own: the d 256
-    // kernels have none to spare).
-    int const round = unit / grid_size, place = unit % grid_size;
-    int const cta = round % 2 ? grid_size - 1 - place : place;
-    unit = (round + 1) * grid_size + (round % 2 ? cta : grid_size - 1 - cta);
-    seek(p);
+    unit += grid_size;
+    if (p.cu_seqlens_q != nullptr) seek(p);
   }
 
  private:
@@ -180,23 +162,13 @@ struct TileScheduler {
     return p.pair_tiles ? p.num_m_blocks / 2 : p.num_m_blocks;
   }
 
-  // Moves the cursor forward to the sequence holding `unit` (top = 0 past the last one). The
-  // first class has no upper bound, so that a sequence longer than the longest the caller
-  // declared still gets its tiles.
+  // Moves the cursor forward to the sequence holding `unit` (or past the last one).
   CUTE_HOST_DEVICE void seek(Params const& p) {
-    while (top > 0) {
-      int end = p.cu_seqlens_q[seq];  // one length read per sequence passed
-      for (; seq < p.batch; ++seq) {
-        int const start = end;
-        end = p.cu_seqlens_q[seq + 1];
-        int const m_blocks = (end - start + kBlockM - 1) / kBlockM;
-        if (m_blocks <= top / 2 || (m_blocks > top && top < p.num_m_blocks)) continue;
-        int const units = p.heads * units_per_head(p, m_blocks);
-        if (unit < seq_unit0 + units) return;
-        seq_unit0 += units;
-      }
-      top /= 2;
-      seq = 0;
+    while (seq < p.batch) {
+      int const units = p.heads * units_per_head(p, seq_m_blocks(p, seq));
+      if (unit < seq_unit0 + units) return;
+      seq_unit0 += units;
+      ++seq;
     }
   }
 };
