@@ -11,10 +11,12 @@ statically linked CUDA runtime) and called through their C ABI directly, each wi
 fc_forward_args filled by its own fc_forward_args_init. Before a row is timed, the two outputs
 are compared (relative L2 must stay below 1e-2; whether they are bitwise equal is reported).
 Timing is bench.py's: GEMMs first bring the clock up from idle (bench.warm_up_gpu), then
-bench.median_ms (warm-up calls, then the median of CUDA-event-timed calls queued behind a GPU
-sleep, so host overhead never shows). To cancel clock and power drift, each (row, impl) alternates
-the two builds over --rounds rounds (old new, new old, old new, ...) and keeps each build's median
-over the rounds. FLOPs are bench.dense_flops (4 b h sq sk d, halved for causal).
+bench.median_ms (warm-up calls, then a GPU sleep, more warm-up calls filling bench.SETTLE_MS of
+GPU time and the median of CUDA-event-timed calls, all queued behind the sleep, so host overhead
+never shows and every timed call sees the GPU's sustained state). To cancel clock and power
+drift, each (row, impl) alternates the two builds over --rounds rounds (old new, new old, old
+new, ...) and keeps each build's median over the rounds. FLOPs are bench.dense_flops (4 b h sq
+sk d, halved for causal).
 
 Writes DIR/<gpu>-ab.json (h200-ab.json on an H200) and prints a table, per impl the median and the
 minimum of new / old, and PASS/FAIL for median >= 0.99 and minimum >= 0.97. Exit status: 0 when
