@@ -47,6 +47,13 @@ struct DqFragments {
     return p.dq_accum + row * kWidth;
   }
 
+  // The count of the block at `block` (the Hopper family's dQ counts, one per kDqCountRows
+  // padded rows: a longer block takes its first rows' count).
+  CUTE_HOST_DEVICE static int* count(BackwardParams const& p, float const* block) {
+    static_assert(kBlockM % kDqCountRows == 0, "a dQ block of whole counts");
+    return p.dq_counts + (block - p.dq_accum) / (kDqCountRows * kWidth);
+  }
+
   // The float4 of a block that holds values 4 j .. 4 j + 3 of `thread`.
   CUTE_HOST_DEVICE static int vector_index(int j, int thread) {
     if constexpr (kGroupThreads == kThreads) return j * kThreads + thread;
@@ -77,6 +84,20 @@ struct DqFragments {
     }
   }
 };
+
+// Blocks one thread until a dQ block's count reaches `expected` (acquire: what its adders wrote
+// before raising it is visible). kBackOff: a pause between reads, sparing L2 the polling of many
+// waiting CTAs (the post-pass); without, for a wait on the main kernel's path (the deterministic
+// turns).
+template <bool kBackOff>
+CUTE_DEVICE void wait_for_count(int const* count, int expected) {
+  int done;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
+    if (done >= expected) return;
+    if constexpr (kBackOff) __nanosleep(256);
+  }
+}
 
 // Block m_block of dQ's accumulator, scaled and converted into dq: the CTA's threads are the
 // dQ MMA's, and the dynamic shared memory holds Fragments::kSmemBytes. The accumulator is read

@@ -19,16 +19,6 @@
 
 namespace flashcute::sm90 {
 
-// Blocks until `count` reaches `expected` (one thread; acquire: the block's sums are visible).
-CUTE_DEVICE void wait_for_count(int const* count, int expected) {
-  int done;
-  while (true) {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
-    if (done >= expected) return;
-    __nanosleep(256);  // spare L2 the polling of many waiting CTAs
-  }
-}
-
 // Grid: (query blocks, heads, batch), one thread per thread of the dQ MMA. kBlockN: the main
 // kernel's key tile.
 template <class Fragments, int kBlockN, bool kCounted>
@@ -44,8 +34,7 @@ __global__ void __launch_bounds__(Fragments::kThreads) dq_post_pass_kernel(const
                                  p.window_right);
         BlockRange const tiles = mask.key_tiles_of<kBlockM, kBlockN>(m_block);
         float const* const block = Fragments::block(p, seq, sequence, head, m_block);
-        wait_for_count(p.dq_counts + (block - p.dq_accum) / (kDqCountRows * Fragments::kWidth),
-                       tiles.end - tiles.begin);
+        backward::wait_for_count<true>(Fragments::count(p, block), tiles.end - tiles.begin);
       }
       __syncthreads();
       backward::convert_dq_block<Fragments>(p, seq, sequence, head, m_block);

@@ -632,12 +632,6 @@ struct BackwardKernel {
     return work.n_block - lo;
   }
 
-  // The count of the dQ block that starts at `block` (its first 64 rows' counter).
-  static_assert(kBlockM % kDqCountRows == 0, "a dQ block of whole counters");
-  CUTE_DEVICE static int* dq_count(BackwardParams const& p, float const* block) {
-    return p.dq_counts + (block - p.dq_accum) / (kDqCountRows * kHeadDim);
-  }
-
   // The writer warp: each part of each step's dQ added to its block of the accumulator by one
   // bulk reduction, in part order, and the blocks' counts raised once the reductions are
   // complete (for dQ's post-pass): deterministic, each block's in its turn (dq_turn), once the
@@ -677,8 +671,8 @@ struct BackwardKernel {
     asm volatile("fence.acq_rel.gpu;" ::: "memory");  // releases the counts below
     constexpr int kCountsPerBlock = kBlockM / kDqCountRows;
     int* count =
-        dq_count(p, DqBlocks::block(p, work.seq, work.sequence, work.head_kv * p.heads_per_kv_head,
-                                    work.blocks.begin));
+        DqBlocks::count(p, DqBlocks::block(p, work.seq, work.sequence,
+                                           work.head_kv * p.heads_per_kv_head, work.blocks.begin));
     int64_t const next_head = p.padded_rows / kDqCountRows -
                               int64_t(work.blocks.end - work.blocks.begin) * kCountsPerBlock;
     for (int h = 0; h < p.heads_per_kv_head; ++h, count += next_head) {
@@ -700,12 +694,9 @@ struct BackwardKernel {
                                          Work const& work, int step, int part) {
     float* const dst = dq_block(p, work, step);
     if (p.deterministic && part == 0) {
-      int const mine = dq_turn(p, work, work.m_block(step));
-      int const* const count = dq_count(p, dst);
-      int taken;
-      do {
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(taken) : "l"(count) : "memory");
-      } while (taken != mine);
+      // The count reaches this tile's turn and stays there until this tile raises it.
+      backward::wait_for_count<false>(DqBlocks::count(p, dst),
+                                      dq_turn(p, work, work.m_block(step)));
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
     }
     // The accumulator stays in L2 for the key blocks still to add to it and for the post-pass
@@ -722,7 +713,8 @@ struct BackwardKernel {
     if (p.deterministic) {
       asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
       asm volatile("fence.proxy.async.global;" ::: "memory");
-      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(dq_count(p, dst)) : "memory");
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(DqBlocks::count(p, dst))
+                   : "memory");
     } else {
       cute::tma_store_wait<0>();  // the buffer has been read
     }
