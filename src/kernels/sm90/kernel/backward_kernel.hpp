@@ -694,7 +694,7 @@ struct BackwardKernel {
                                          Work const& work, int step, int part) {
     float* const dst = dq_block(p, work, step);
     if (p.deterministic && part == 0) {
-      // The count reaches this tile's turn and stays there until this tile raises it.
+      // The count reaches this CTA's turn and stays there until this CTA raises it.
       backward::wait_for_count<false>(DqBlocks::count(p, dst),
                                       dq_turn(p, work, work.m_block(step)));
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
