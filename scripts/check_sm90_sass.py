@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""Reads the SASS of the Hopper forward kernels and fails where ptxas undid the design:
+"""Reads the SASS of the Hopper kernels and fails where ptxas undid the design:
 
   python3 scripts/check_sm90_sass.py build/lib/libflashcute.so [--cuobjdump PATH]
 
-For each sm90 forward kernel (one line each: its traits, registers at entry, local memory):
+For each sm90 kernel (one line each: its traits, registers at entry, local memory):
 - HGMMA instructions are present (wgmma was not lowered to something else);
+- no GEMM is serialized: every run of HGMMA between two warpgroup arrives or waits holds at least
+  two (a GEMM issues its k-steps back to back, at least four in every kernel here; ptxas's
+  serialization waits after each one, and its messages C7511, C7517 and C7518 are in the build
+  log only).
+Forward kernels:
 - no local memory (LDL/STL: spills);
 - in every main-loop iteration some exponentials (MUFU.EX2) lie between the wait for S
   (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for the PV GEMM (... 0x0): the softmax overlaps the
   PV GEMM. A register-starved kernel once had ptxas move the second wait before the softmax,
   which cost 10% with no warning.
-ptxas's wgmma-serialization messages (C7511, C7517, C7518) are in the build log, not the SASS:
-grep the log for them as well.
+Backward kernels:
+- at most LOCAL_BUDGET local-memory instructions for their head dim.
 """
 
 import argparse
@@ -24,6 +29,13 @@ TRAITS = re.compile(
     r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?")
 # ForwardKernel<Traits, true>: the kernel of calls with softcap or ALiBi.
 MODIFIERS = re.compile(r"EELb1EEEEEvNT_")
+BACKWARD_TRAITS = re.compile(
+    r"BackwardTraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELNS0_13BackwardSplitE(\d)E")
+# Local-memory instructions (LDL and STL) a backward kernel may hold, by head dim: the d 64 and
+# d 128 kernels keep a few consumer values in local memory (56 / 52 and 28 / 28 bytes, 27 and 14
+# instructions). More fails here so that it is measured before it lands: d 64's allocation has
+# gone to 124-304 bytes with changes outside its step, at a cost of 3-5% (bench/NOTES.md).
+LOCAL_BUDGET = {64: 27, 128: 14, 256: 0}
 
 
 def functions(sass):
@@ -33,11 +45,39 @@ def functions(sass):
         yield name, [i.strip() for i in re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", chunk)]
 
 
-def kernels(sass):
-    """(mangled name, instruction list) of every sm90 forward kernel in a cuobjdump listing."""
+def kernels(sass, kind):
+    """(mangled name, instruction list) of every sm90 kernel of a kind (forward, backward)."""
+    marker = {"forward": "sm9014forward_kernel", "backward": "sm9015backward_kernel"}[kind]
     for name, instructions in functions(sass):
-        if "sm9014forward_kernel" in name:
+        if marker in name:
             yield name, instructions
+
+
+def hgmma_runs(instructions):
+    """Lengths of the runs of HGMMA between warpgroup arrives and waits."""
+    runs, current = [], 0
+    for ins in instructions:
+        if "HGMMA" in ins:
+            current += 1
+        elif ins.startswith(("WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR")) and current:
+            runs.append(current)
+            current = 0
+    return runs + [current] if current else runs
+
+
+def local_instructions(instructions):
+    return sum(i.split()[0].startswith(("LDL", "STL")) for i in instructions if i.split())
+
+
+def gemm_problems(instructions):
+    """What every kernel is checked for: HGMMA present, no GEMM serialized."""
+    problems = []
+    if not any("HGMMA" in i for i in instructions):
+        problems.append("no HGMMA")
+    runs = hgmma_runs(instructions)
+    if runs and min(runs) < 2:
+        problems.append(f"serialized wgmma (HGMMA runs {runs})")
+    return problems
 
 
 def softmax_overlaps(instructions):
@@ -52,6 +92,14 @@ def softmax_overlaps(instructions):
             counts.append(current)
             current = None
     return counts
+
+
+def report(label, resources, instructions, problems, detail):
+    """Prints one kernel's line; 1 when it failed."""
+    hgmma = sum("HGMMA" in i for i in instructions)
+    note = f"  <- {'; '.join(problems)}" if problems else ""
+    print(f"{'FAIL' if problems else 'ok  '} {label:55s} {resources} HGMMA {hgmma} {detail}{note}")
+    return int(bool(problems))
 
 
 def main():
@@ -70,29 +118,37 @@ def main():
                                capture_output=True, text=True).stdout
         resources = dict(re.findall(
             r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+)", usage))
-        for name, instructions in kernels(sass):
+        for name, instructions in kernels(sass, "forward"):
             seen += 1
             m = TRAITS.search(name)
             label = (f"{m.group(1)} d{m.group(2)} {m.group(3)}x{m.group(4)} stages {m.group(5)} "
                      f"ping-pong {m.group(6)} ctas/SM {m.group(7) or 1}") if m else name[:60]
             if MODIFIERS.search(name):
                 label += " softcap/ALiBi"
-            hgmma = sum("HGMMA" in i for i in instructions)
-            local = sum(i.split()[0].startswith(("LDL", "STL")) for i in instructions if i.split())
+            local = local_instructions(instructions)
             overlaps = softmax_overlaps(instructions)
-            problems = []
-            if hgmma == 0:
-                problems.append("no HGMMA")
+            problems = gemm_problems(instructions)
             if local:
                 problems.append(f"{local} local-memory instructions")
             if not overlaps or min(overlaps) == 0:
                 problems.append(f"softmax does not overlap PV (exponentials per window {overlaps})")
-            failures += bool(problems)
-            note = f"  <- {'; '.join(problems)}" if problems else ""
-            print(f"{'FAIL' if problems else 'ok  '} {label:55s} {resources.get(name, '?')} "
-                  f"HGMMA {hgmma} overlap {overlaps}{note}")
+            failures += report(label, resources.get(name, "?"), instructions, problems,
+                               f"overlap {overlaps}")
+        for name, instructions in kernels(sass, "backward"):
+            seen += 1
+            m = BACKWARD_TRAITS.search(name)
+            head_dim = int(m.group(2)) if m else 0
+            label = (f"backward {m.group(1)} d{head_dim} {m.group(3)}x{m.group(4)} "
+                     f"split {'head dim' if m.group(6) == '1' else 'keys'}") if m else name[:60]
+            local = local_instructions(instructions)
+            budget = LOCAL_BUDGET.get(head_dim, 0)
+            problems = gemm_problems(instructions)
+            if local > budget:
+                problems.append(f"{local} local-memory instructions (budget {budget})")
+            failures += report(label, resources.get(name, "?"), instructions, problems,
+                               f"local {local}/{budget}")
     if seen == 0:
-        print("no sm90 forward kernel found", file=sys.stderr)
+        print("no sm90 kernel found", file=sys.stderr)
         return 1
     return 1 if failures else 0
 
