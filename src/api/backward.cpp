@@ -18,7 +18,9 @@ namespace {
 
 BackwardWorkspace workspace_for(const BackwardArgs& a) {
   const int64_t total_q = a.cu_seqlens_q != nullptr ? a.total_q : a.batch * a.seqlen_q;
-  return backward_workspace(total_q, a.batch, a.heads, a.head_dim);
+  return backward_workspace(
+      total_q, a.batch, a.heads,
+      backward_accum_width(backward_kernel_table(), fc_dtype(a.dtype), int(a.head_dim)));
 }
 
 // The backward of the smallest compiled bucket that holds head_dim, for each family the call

@@ -7,11 +7,13 @@
 #include <cuda_runtime.h>
 #include <cutlass/numeric_types.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 #include <vector>
 
 #include "flashcute/flashcute.h"
+#include "kernels/backward/workspace.hpp"
 #include "kernels/common/backward_params.hpp"
 #include "kernels/common/params.hpp"
 
@@ -55,6 +57,27 @@ struct BackwardKernelEntry {
 };
 
 using BackwardKernelTable = std::vector<BackwardKernelEntry>;
+
+// The width of dQ's accumulator blocks in the backward's workspace: the widest of the head dims
+// the families would run for this dtype and head_dim (each its smallest compiled one that holds
+// head_dim; a build may leave some out, FLASHCUTE_*_BACKWARD_HEAD_DIMS), so that the size query
+// and the launch carve the same layout whichever family runs, and a kernel's blocks, as wide as
+// its own head dim, fit in it. No compiled kernel holds head_dim: the bucket, and the launch
+// refuses the call.
+inline int backward_accum_width(const BackwardKernelTable& table, fc_dtype dtype, int head_dim) {
+  auto const holds = [&](const BackwardKernelEntry& e) {
+    return e.dtype == dtype && e.head_dim >= head_dim;
+  };
+  int width = 0;
+  for (const BackwardKernelEntry& pick : table) {
+    if (!holds(pick)) continue;
+    bool const smallest = std::none_of(table.begin(), table.end(), [&](const auto& e) {
+      return e.family == pick.family && holds(e) && e.head_dim < pick.head_dim;
+    });
+    if (smallest) width = std::max(width, pick.head_dim);
+  }
+  return width > 0 ? width : int(backward_bucket(head_dim));
+}
 
 template <class Element>
 constexpr fc_dtype dtype_of() {

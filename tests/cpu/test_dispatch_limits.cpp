@@ -1,11 +1,14 @@
 // Dispatch against each device's shared memory, on the host: for sm_80, sm_86, sm_89 and sm_90
 // (compute capability and opt-in shared memory per block), every dtype and head_dim compiled in
 // this build gets a kernel that fits; the automatic entry runs wherever it fits, the Hopper family
-// wherever it supports the problem on sm_90, and an explicit tile that does not fit still fails.
+// wherever it supports the problem on sm_90, and an explicit tile that does not fit still fails;
+// the backward workspace holds dQ blocks of whichever kernel a family picks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/dispatch.hpp"
@@ -258,6 +261,45 @@ TEST(DispatchLimits, NothingFitsNamesTheTile) {
       EXPECT_NE(s.message.find("the device allows 1024"), std::string::npos) << s.message;
     }
   }
+}
+
+// dQ's accumulator in the backward's workspace is as wide as the widest head dim a family would
+// run: a build that leaves a head dim out runs a smaller head_dim on a wider kernel, whose blocks
+// must fit in the workspace the size query gave (they overran it into dQ's counts, and the
+// post-pass waited forever, in a build with the Hopper backward at 128 alone).
+TEST(BackwardWorkspace, AccumulatorAsWideAsAnyFamilysKernel) {
+  auto const entry = [](fc_kernel_family family, fc_dtype dtype, int head_dim) {
+    return BackwardKernelEntry{family, dtype, head_dim, 0, nullptr, nullptr};
+  };
+  BackwardKernelTable full;
+  for (fc_kernel_family family : {FC_FAMILY_SM80, FC_FAMILY_SM90})
+    for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16})
+      for (int head_dim : {64, 128, 256}) full.push_back(entry(family, dtype, head_dim));
+  for (auto [head_dim, width] : {std::pair{8, 64}, {64, 64}, {65, 128}, {128, 128}, {200, 256}}) {
+    EXPECT_EQ(backward_accum_width(full, FC_BFLOAT16, head_dim), width) << "head_dim " << head_dim;
+  }
+  BackwardKernelTable const pruned = {entry(FC_FAMILY_SM80, FC_BFLOAT16, 64),
+                                      entry(FC_FAMILY_SM80, FC_BFLOAT16, 128),
+                                      entry(FC_FAMILY_SM90, FC_BFLOAT16, 128)};
+  EXPECT_EQ(backward_accum_width(pruned, FC_BFLOAT16, 8), 128);
+  EXPECT_EQ(backward_accum_width(pruned, FC_BFLOAT16, 100), 128);
+  // No kernel holds it (the launch refuses): the bucket.
+  EXPECT_EQ(backward_accum_width(pruned, FC_FLOAT16, 8), 64);
+  EXPECT_EQ(backward_accum_width(pruned, FC_BFLOAT16, 200), 256);
+
+  // This build's table: whatever kernel a family picks, its blocks fit.
+  const BackwardKernelTable& table = backward_kernel_table();
+  for (const BackwardKernelEntry& pick : table)
+    for (int head_dim = 8; head_dim <= pick.head_dim; head_dim += 8) {
+      bool const picked = std::none_of(table.begin(), table.end(), [&](const auto& e) {
+        return e.family == pick.family && e.dtype == pick.dtype && e.head_dim >= head_dim &&
+               e.head_dim < pick.head_dim;
+      });
+      if (picked) {
+        EXPECT_GE(backward_accum_width(table, pick.dtype, head_dim), pick.head_dim)
+            << "head_dim " << head_dim;
+      }
+    }
 }
 
 }  // namespace

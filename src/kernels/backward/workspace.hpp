@@ -34,8 +34,9 @@ struct BackwardWorkspace {
   // fp32 row statistics: heads * total_q (SM80 family's dout_dot_out) or 2 * heads * PaddedRows
   // (the Hopper family's LSE and dout_dot_out), whichever is larger.
   uint64_t row_stats_offset;
-  // fp32 dq sums: heads * PaddedRows * the bucket's width (whole query blocks in the dQ MMA's
-  // register order, both families; unused by the SM80 family when deterministic).
+  // fp32 dq sums: heads * PaddedRows * accum_width (whole query blocks in the dQ MMA's register
+  // order, both families, each block as wide as the running kernel's head dim, at most
+  // accum_width; unused by the SM80 family when deterministic).
   uint64_t dq_accum_offset;
   // One int per 64 padded rows of each head: the Hopper family's count of the key blocks that
   // have finished adding to a dQ block.
@@ -57,11 +58,13 @@ constexpr int64_t backward_bucket(int64_t head_dim) {
 // takes the counter of its first 64).
 constexpr int kDqCountRows = 64;
 
+// accum_width: backward_accum_width (kernel_registry.hpp), the widest dQ block any family's
+// kernel for the call would write.
 constexpr BackwardWorkspace backward_workspace(int64_t total_q, int batch, int64_t heads,
-                                               int64_t head_dim) {
+                                               int64_t accum_width) {
   int64_t const padded = PaddedRows::total(total_q, batch);
   uint64_t const stats = round_up_256(larger(heads * total_q, 2 * heads * padded) * sizeof(float));
-  uint64_t const accum = round_up_256(heads * padded * backward_bucket(head_dim) * sizeof(float));
+  uint64_t const accum = round_up_256(heads * padded * accum_width * sizeof(float));
   uint64_t const counts = round_up_256(heads * (padded / kDqCountRows) * sizeof(int));
   return {0, stats, stats + accum, stats + accum + counts};
 }
