@@ -91,12 +91,12 @@ fc_status fc_forward(const fc_forward_args* args);
  * option applies and must match the forward call. For GQA, dk and dv of a KV head sum over its
  * query heads. Rows that see no key get zero gradients; softcap and ALiBi slopes get none.
  * Scratch memory comes from the caller: fc_backward_workspace_size gives the bytes (a function of
- * the shapes alone), and workspace points at that many bytes of device memory
- * on the tensors' device, 256-byte aligned, that nothing else uses until the call's work on
- * `stream` is done. Without `deterministic`, dq is summed with fp32 atomics, whose order varies;
- * with it, every gradient is bitwise identical run to run (the sm90 family, head_dim <= 128:
- * each dq block adds its key blocks in a fixed order; the SM80 family: a separate dq pass
- * recomputes the scores, about 1.4x the matrix work). */
+ * the shapes and dtype alone, for a given build of the library), and workspace points at that
+ * many bytes of device memory on the tensors' device, 256-byte aligned, that nothing else uses
+ * until the call's work on `stream` is done. Without `deterministic`, dq is summed with fp32
+ * atomics, whose order varies; with it, every gradient is bitwise identical run to run (the sm90
+ * family, head_dim <= 128: each dq block adds its key blocks in a fixed order; the SM80 family: a
+ * separate dq pass recomputes the scores, about 1.4x the matrix work). */
 typedef struct {
   int32_t abi_version; /* FC_ABI_VERSION */
   fc_tensor q, k, v, o, dout;
