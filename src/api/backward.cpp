@@ -38,13 +38,8 @@ Status select_backward(const BackwardArgs& a, const BackwardParams& params,
   };
   for (fc_kernel_family family : families) {
     const char* const name = family_name(family);
-    const BackwardKernelEntry* match = nullptr;
-    for (const BackwardKernelEntry& e : backward_kernel_table()) {
-      if (e.family == family && e.dtype == a.dtype && e.head_dim >= a.head_dim &&
-          (match == nullptr || e.head_dim < match->head_dim)) {
-        match = &e;
-      }
-    }
+    const BackwardKernelEntry* const match = smallest_backward_entry(
+        backward_kernel_table(), family, fc_dtype(a.dtype), int(a.head_dim));
     if (match == nullptr) {
       refuse(std::string(name) + ": no backward kernel compiled for this dtype and head_dim " +
              std::to_string(a.head_dim));

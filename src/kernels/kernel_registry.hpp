@@ -58,23 +58,32 @@ struct BackwardKernelEntry {
 
 using BackwardKernelTable = std::vector<BackwardKernelEntry>;
 
+// A family's backward for dtype and head_dim: its smallest compiled head dim that holds head_dim
+// (null if none).
+inline const BackwardKernelEntry* smallest_backward_entry(const BackwardKernelTable& table,
+                                                          fc_kernel_family family, fc_dtype dtype,
+                                                          int head_dim) {
+  const BackwardKernelEntry* match = nullptr;
+  for (const BackwardKernelEntry& e : table) {
+    if (e.family == family && e.dtype == dtype && e.head_dim >= head_dim &&
+        (match == nullptr || e.head_dim < match->head_dim)) {
+      match = &e;
+    }
+  }
+  return match;
+}
+
 // The width of dQ's accumulator blocks in the backward's workspace: the widest of the head dims
-// the families would run for this dtype and head_dim (each its smallest compiled one that holds
-// head_dim; a build may leave some out, FLASHCUTE_*_BACKWARD_HEAD_DIMS), so that the size query
-// and the launch carve the same layout whichever family runs, and a kernel's blocks, as wide as
-// its own head dim, fit in it. No compiled kernel holds head_dim: the bucket, and the launch
-// refuses the call.
+// the families would run for this dtype and head_dim (a build may leave some out,
+// FLASHCUTE_*_BACKWARD_HEAD_DIMS), so that the size query and the launch carve the same layout
+// whichever family runs, and a kernel's blocks, as wide as its own head dim, fit in it. No
+// compiled kernel holds head_dim: the bucket, and the launch refuses the call.
 inline int backward_accum_width(const BackwardKernelTable& table, fc_dtype dtype, int head_dim) {
-  auto const holds = [&](const BackwardKernelEntry& e) {
-    return e.dtype == dtype && e.head_dim >= head_dim;
-  };
   int width = 0;
-  for (const BackwardKernelEntry& pick : table) {
-    if (!holds(pick)) continue;
-    bool const smallest = std::none_of(table.begin(), table.end(), [&](const auto& e) {
-      return e.family == pick.family && holds(e) && e.head_dim < pick.head_dim;
-    });
-    if (smallest) width = std::max(width, pick.head_dim);
+  for (fc_kernel_family family : {FC_FAMILY_SM80, FC_FAMILY_SM90}) {
+    if (const BackwardKernelEntry* e = smallest_backward_entry(table, family, dtype, head_dim)) {
+      width = std::max(width, e->head_dim);
+    }
   }
   return width > 0 ? width : int(backward_bucket(head_dim));
 }

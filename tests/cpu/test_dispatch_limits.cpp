@@ -265,8 +265,8 @@ TEST(DispatchLimits, NothingFitsNamesTheTile) {
 
 // dQ's accumulator in the backward's workspace is as wide as the widest head dim a family would
 // run: a build that leaves a head dim out runs a smaller head_dim on a wider kernel, whose blocks
-// must fit in the workspace the size query gave (they overran it into dQ's counts, and the
-// post-pass waited forever, in a build with the Hopper backward at 128 alone).
+// must fit in the workspace the size query gave (past it they overwrite dQ's counts, and the
+// post-pass waits for counts that never come).
 TEST(BackwardWorkspace, AccumulatorAsWideAsAnyFamilysKernel) {
   auto const entry = [](fc_kernel_family family, fc_dtype dtype, int head_dim) {
     return BackwardKernelEntry{family, dtype, head_dim, 0, nullptr, nullptr};
