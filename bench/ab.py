@@ -4,19 +4,22 @@
 What it measures: for every plain row of bench.py (the seed's default problem in bf16 and fp16,
 causal and not, and the 36-row sweep over head_dim 64/128/256 and seqlen 512..16k) and each of
 "ours" (family auto) and "ours_sm80" (family sm80 forced), the TFLOP/s of the OLD and the NEW
-library on the same input buffers, and new / old.
+library on the same input buffers, and new / old. With --kind bwd the rows are bench.py's bwd
+rows and the timed call is fc_backward (dq, dk and dv from one forward's output and LSE, run once
+by the old library; each build with its own workspace), rated by bench.flops.
 
 How: both .so files are opened with ctypes.CDLL (RTLD_LOCAL, two handles, each with its own
 statically linked CUDA runtime) and called through their C ABI directly, each with an
 fc_forward_args filled by its own fc_forward_args_init. Before a row is timed, the two outputs
-are compared (relative L2 must stay below 1e-2; whether they are bitwise equal is reported).
+are compared (relative L2 must stay below 1e-2, for the backward each of dq, dk and dv; whether
+they are bitwise equal is reported).
 Timing is bench.py's: GEMMs first bring the clock up from idle (bench.warm_up_gpu), then
 bench.median_ms (warm-up calls, then a GPU sleep, more warm-up calls filling bench.SETTLE_MS of
 GPU time and the median of CUDA-event-timed calls, all queued behind the sleep, so host overhead
 never shows and every timed call sees the GPU's sustained state). To cancel clock and power
 drift, each (row, impl) alternates the two builds over --rounds rounds (old new, new old, old
 new, ...) and keeps each build's median over the rounds. FLOPs are bench.dense_flops (4 b h sq
-sk d, halved for causal).
+sk d, halved for causal; the backward 2.5 times that).
 
 Writes DIR/<gpu>-ab.json (h200-ab.json on an H200) and prints a table, per impl the median and the
 minimum of new / old, and PASS/FAIL for median >= 0.99 and minimum >= 0.97. Exit status: 0 when
@@ -24,8 +27,8 @@ every impl passes, 1 when one fails the criteria; a correctness failure raises b
 of that row.
 
 Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
-       [--rows quick|plain] [--match REGEX] [--impls ours,ours_sm80] [--rounds 3] [--warmup 10]
-       [--iters 30]
+       [--kind plain|bwd] [--rows quick|plain] [--match REGEX] [--impls ours,ours_sm80]
+       [--rounds 3] [--warmup 10] [--iters 30]
 --match keeps the rows whose label (as printed, e.g. "b4 s8192 h16 d128 bf16 full") it matches,
 so two libraries built with only some head dims can be compared on those.
 The commit defaults to $FLASHCUTE_COMMIT or `git rev-parse HEAD`, the old commit to
@@ -66,7 +69,7 @@ MIN_BAR = 0.97
 
 
 class CallError(RuntimeError):
-    """fc_forward returned a non-zero fc_status (kept in `status`)."""
+    """fc_forward or fc_backward returned a non-zero fc_status (kept in `status`)."""
 
     def __init__(self, status, message):
         super().__init__(message)
@@ -87,6 +90,13 @@ class Library:
         lib.fc_forward_args_init.restype = None
         lib.fc_forward.argtypes = [ctypes.POINTER(fclib.FcForwardArgs)]
         lib.fc_forward.restype = ctypes.c_int
+        lib.fc_backward_args_init.argtypes = [ctypes.POINTER(fclib.FcBackwardArgs)]
+        lib.fc_backward_args_init.restype = None
+        lib.fc_backward_workspace_size.argtypes = [ctypes.POINTER(fclib.FcBackwardArgs),
+                                                   ctypes.POINTER(ctypes.c_uint64)]
+        lib.fc_backward_workspace_size.restype = ctypes.c_int
+        lib.fc_backward.argtypes = [ctypes.POINTER(fclib.FcBackwardArgs)]
+        lib.fc_backward.restype = ctypes.c_int
         lib.fc_last_error.argtypes = []
         lib.fc_last_error.restype = ctypes.c_char_p
         self.lib = lib
@@ -98,12 +108,9 @@ class Library:
         message = self.lib.fc_last_error().decode("utf-8", "replace")
         return f"{self.name} library ({self.path}): {message} (fc_status {status})"
 
-    def args(self, r, family, q, k, v, o):
-        """An fc_forward_args for dense (b, s, h, d) tensors, filled as flashcute.forward does."""
-        a = fclib.FcForwardArgs()
-        self.lib.fc_forward_args_init(ctypes.byref(a))
+    @staticmethod
+    def _fill_problem(a, r, family):
         a.abi_version = fclib.ABI_VERSION
-        a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), *t.stride()[:3]) for t in (q, k, v, o))
         a.dtype = fclib.DTYPE_CODES[r["dtype"]]
         a.batch = r["b"]
         a.seqlen_q = r["sq"]
@@ -118,14 +125,41 @@ class Library:
         a.window_right = -1
         a.family = fclib.FAMILIES[family]
         a.stream = torch.cuda.current_stream().cuda_stream or None
+
+    def args(self, r, family, q, k, v, o, lse=None):
+        """An fc_forward_args for dense (b, s, h, d) tensors, filled as flashcute.forward does."""
+        a = fclib.FcForwardArgs()
+        self.lib.fc_forward_args_init(ctypes.byref(a))
+        self._fill_problem(a, r, family)
+        a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), *t.stride()[:3]) for t in (q, k, v, o))
+        a.softmax_lse = lse.data_ptr() if lse is not None else None
         return a
 
-    def caller(self, args):
-        """A zero-argument callable running fc_forward on args; raises on a non-zero status."""
-        forward, ref = self.lib.fc_forward, ctypes.byref(args)
+    def backward_args(self, r, family, tensors, lse):
+        """An fc_backward_args for dense tensors (q, k, v, o, dout, dq, dk, dv) and a workspace of
+        the size the library asks for (returned beside the args, which hold its address)."""
+        a = fclib.FcBackwardArgs()
+        self.lib.fc_backward_args_init(ctypes.byref(a))
+        self._fill_problem(a, r, family)
+        for name, t in zip(("q", "k", "v", "o", "dout", "dq", "dk", "dv"), tensors):
+            setattr(a, name, fclib.FcTensor(t.data_ptr(), *t.stride()[:3]))
+        a.softmax_lse = lse.data_ptr()
+        size = ctypes.c_uint64()
+        status = self.lib.fc_backward_workspace_size(ctypes.byref(a), ctypes.byref(size))
+        if status != fclib.OK:
+            raise CallError(status, self.error(status))
+        workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device="cuda")
+        a.workspace = workspace.data_ptr() if size.value else None
+        a.workspace_bytes = size.value
+        return a, workspace
+
+    def caller(self, args, entry="fc_forward"):
+        """A zero-argument callable running `entry` (fc_forward or fc_backward) on args; raises on
+        a non-zero status."""
+        function, ref = getattr(self.lib, entry), ctypes.byref(args)
 
         def call():
-            status = forward(ref)
+            status = function(ref)
             if status != fclib.OK:
                 raise CallError(status, self.error(status))
 
@@ -154,14 +188,16 @@ def open_libraries(old_path, new_path, keep):
 # ---------------------------------------------------------------------------------------------
 # Rows
 
-def select_rows(which, match=None):
-    rows = bench.plain_rows()
+def select_rows(kind, which, match=None):
+    rows = bench.bwd_rows() if kind == "bwd" else bench.plain_rows()
     if match is not None:
         rows = [r for r in rows if re.search(match, label(r))]
     if which == "plain":
         return rows
 
     def quick(r):
+        if kind == "bwd":  # issue 12's bar: d 128 with s >= 2k
+            return r["d"] == 128 and r["sq"] >= 2048
         seed = (r["b"], r["sq"], r["h"], r["d"], r["dtype"]) == (4, 8192, 16, 128, "bf16")
         small = (r["d"], r["sq"]) == (64, 512)
         wide = (r["d"], r["sq"]) == (256, 2048)
@@ -171,7 +207,8 @@ def select_rows(which, match=None):
 
 
 def label(r):
-    return (f"b{r['b']} s{r['sq']} h{r['h']} d{r['d']} {r['dtype']} "
+    heads = f"h{r['h']}" if r["h"] == r["hk"] else f"h{r['h']}/{r['hk']}"
+    return (f"b{r['b']} s{r['sq']} {heads} d{r['d']} {r['dtype']} "
             f"{'causal' if r['causal'] else 'full'}")
 
 
@@ -194,12 +231,14 @@ def rel_l2(a, b):
 # One (row, impl)
 
 def check(r, impl, calls, outs):
-    """Runs each build once into a NaN-filled output; fails loudly on an error, an output that
-    was not (fully) written or is not finite, or old and new apart by rel L2 >= MAX_REL_L2.
-    Returns (bitwise equal, rel L2), or None when neither build has a kernel for the row."""
+    """Runs each build once into NaN-filled outputs (outs: name -> list of tensors); fails loudly
+    on an error, an output that was not (fully) written or is not finite, or old and new apart by
+    rel L2 >= MAX_REL_L2 in any output. Returns (bitwise equal, the largest rel L2), or None when
+    neither build has a kernel for the row."""
     statuses = {}
     for name, call in calls.items():
-        outs[name].fill_(float("nan"))
+        for out in outs[name]:
+            out.fill_(float("nan"))
         try:
             call()
             torch.cuda.synchronize()
@@ -211,20 +250,19 @@ def check(r, impl, calls, outs):
         return None
     if failed:
         raise RuntimeError(f"{label(r)} {impl}: " + "; ".join(str(e) for e in failed.values()))
-    for name, out in outs.items():
-        if not torch.isfinite(out).all():
+    for name, tensors in outs.items():
+        if not all(torch.isfinite(out).all() for out in tensors):
             raise RuntimeError(f"{label(r)} {impl}: the {name} library's output has NaN or inf")
-    old, new = outs["old"], outs["new"]
-    err = rel_l2(new, old)
+    err = max(rel_l2(new, old) for old, new in zip(outs["old"], outs["new"]))
     if not err < MAX_REL_L2:
         raise RuntimeError(f"{label(r)} {impl}: old and new outputs differ, rel L2 {err:.3g} "
                            f"(limit {MAX_REL_L2})")
-    return torch.equal(old, new), err
+    return all(torch.equal(old, new) for old, new in zip(outs["old"], outs["new"])), err
 
 
 def time_pair(r, calls, args):
     """TFLOP/s of each build: median over rounds, the order alternating between rounds."""
-    work = bench.dense_flops(r)
+    work = bench.flops(r)
     rates = {"old": [], "new": []}
     for round_index in range(args.rounds):
         order = ("old", "new") if round_index % 2 == 0 else ("new", "old")
@@ -234,13 +272,47 @@ def time_pair(r, calls, args):
     return rates
 
 
+def forward_calls(r, libs, family, q, k, v):
+    """Each build's fc_forward into its own output: (outs, args, calls), outs as lists."""
+    outs = {name: [torch.empty_like(q)] for name in libs}
+    fc_args = {name: lib.args(r, family, q, k, v, outs[name][0]) for name, lib in libs.items()}
+    return outs, fc_args, {name: lib.caller(fc_args[name]) for name, lib in libs.items()}
+
+
+def backward_calls(r, libs, family, q, k, v, dout):
+    """Each build's fc_backward from one forward (the old build's, family auto) into its own dq,
+    dk, dv and workspace: (outs, (args, workspaces), calls), or None when the forward has no
+    kernel."""
+    o = torch.empty_like(q)
+    lse = torch.empty((r["b"], r["h"], r["sq"]), device="cuda", dtype=torch.float32)
+    forward_args = libs["old"].args(r, "auto", q, k, v, o, lse)
+    try:
+        libs["old"].caller(forward_args)()
+    except CallError as error:
+        if error.status == fclib.ERROR_UNSUPPORTED:
+            return None
+        raise
+    outs, kept, calls = {}, {}, {}
+    for name, lib in libs.items():
+        outs[name] = [torch.empty_like(t) for t in (q, k, v)]
+        kept[name] = lib.backward_args(r, family, (q, k, v, o, dout, *outs[name]), lse)
+        calls[name] = lib.caller(kept[name][0], "fc_backward")
+    return outs, (kept, o, lse), calls
+
+
 def run_row(r, libs, args, log):
     q, k, v = make_inputs(r)
+    dout = torch.randn_like(q) if args.kind == "bwd" else None
     entries = []
     for impl, family in args.impls:
-        outs = {name: torch.empty_like(q) for name in libs}
-        fc_args = {name: lib.args(r, family, q, k, v, outs[name]) for name, lib in libs.items()}
-        calls = {name: lib.caller(fc_args[name]) for name, lib in libs.items()}
+        if args.kind == "bwd":
+            made = backward_calls(r, libs, family, q, k, v, dout)
+            if made is None:
+                log(f"  {impl}: left out (the old build has no forward kernel for it)")
+                continue
+            outs, fc_args, calls = made
+        else:
+            outs, fc_args, calls = forward_calls(r, libs, family, q, k, v)
         verdict = check(r, impl, calls, outs)
         if verdict is None:
             log(f"  {impl}: left out (neither build has a kernel for it)")
@@ -253,11 +325,11 @@ def run_row(r, libs, args, log):
             + " ".join(f"{x:.0f}" for x in rates["old"]) + ", new "
             + " ".join(f"{x:.0f}" for x in rates["new"]) + ")")
         entry = {key: r[key] for key in ("b", "sq", "sk", "h", "hk", "d", "causal", "dtype")}
-        entry.update(impl=impl, old=round(old, 2), new=round(new, 2),
+        entry.update(kind=args.kind, impl=impl, old=round(old, 2), new=round(new, 2),
                      bitwise_equal=bitwise, rel_l2=err)
         entries.append(entry)
         del outs, fc_args, calls
-    del q, k, v
+    del q, k, v, dout
     torch.cuda.empty_cache()
     return entries
 
@@ -315,7 +387,10 @@ def main():
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--old-commit", default=os.environ.get("FLASHCUTE_OLD_COMMIT", "unknown"))
     parser.add_argument("--commit", default=os.environ.get("FLASHCUTE_COMMIT") or None)
-    parser.add_argument("--rows", choices=("quick", "plain"), default="plain")
+    parser.add_argument("--kind", choices=("plain", "bwd"), default="plain",
+                        help="the forward's plain rows or the backward's bwd rows")
+    parser.add_argument("--rows", choices=("quick", "plain"), default="plain",
+                        help="quick: a few rows (bwd: d 128 with s >= 2k); plain: every row")
     parser.add_argument("--match", help="regular expression over the row labels")
     parser.add_argument("--impls", default=",".join(name for name, _ in IMPLS),
                         help="comma-separated implementations to compare (ours, ours_sm80)")
@@ -340,7 +415,7 @@ def main():
     old, new = open_libraries(args.old, args.new, temporary)
     libs = {"old": old, "new": new}
     gpu = torch.cuda.get_device_name()
-    rows = select_rows(args.rows, args.match)
+    rows = select_rows(args.kind, args.rows, args.match)
     if not rows:
         parser.error(f"--match {args.match!r}: no row matches")
     print(f"{gpu}, torch {torch.__version__}; old {old.path} ({args.old_commit}), "
