@@ -647,15 +647,17 @@ struct BackwardKernel {
       }
     };
     if (work.steps > 0) release_parts();
+    DqWalk walk(p, work);
     for (int step = 0; step < work.steps; ++step) {
       CUTE_UNROLL
       for (int part = 0; part < kDqParts; ++part) {
         cutlass::arch::NamedBarrier::sync(kDqBarrierThreads,
                                           barrier_id(BarrierId::kBackwardDqFullPart0, part));
-        if (leader) reduce_dq_part(p, smem, work, step, part);
+        if (leader) reduce_dq_part(p, smem, work, walk, part);
       }
       __syncwarp();
       if (step + 1 < work.steps) release_parts();
+      walk.advance(p, work);
     }
     if (leader && work.steps > 0 && !p.deterministic) count_blocks(p, work);
   }
@@ -687,16 +689,36 @@ struct BackwardKernel {
     return DqBlocks::block(p, work.seq, work.sequence, work.head(p, step), work.m_block(step));
   }
 
+  // The writer's steps' dQ blocks in order (dq_block's), each address advanced from the last
+  // one's: no division lies on the writer's path from the consumers' arrival to the reduction
+  // they wait for.
+  struct DqWalk {
+    float* block;
+    int m_block;
+
+    CUTE_DEVICE DqWalk(BackwardParams const& p, Work const& work)
+        : block(dq_block(p, work, 0)), m_block(work.blocks.begin) {}
+
+    CUTE_DEVICE void advance(BackwardParams const& p, Work const& work) {
+      block += DqBlocks::kBlockM * DqBlocks::kWidth;
+      if (++m_block == work.blocks.end) {  // the next query head's first block
+        m_block = work.blocks.begin;
+        block +=
+            (p.padded_rows - int64_t(work.blocks.end - work.blocks.begin) * DqBlocks::kBlockM) *
+            DqBlocks::kWidth;
+      }
+    }
+  };
+
   // The writer's leader: one staged part of the step's dQ added to the accumulator; after the
   // last part, the buffer read (deterministic: the reductions complete, their writes done, and
   // the block's count raised: the next turn).
   CUTE_DEVICE static void reduce_dq_part(BackwardParams const& p, SharedStorage& smem,
-                                         Work const& work, int step, int part) {
-    float* const dst = dq_block(p, work, step);
+                                         Work const& work, DqWalk const& walk, int part) {
+    float* const dst = walk.block;
     if (p.deterministic && part == 0) {
       // The count reaches this CTA's turn and stays there until this CTA raises it.
-      backward::wait_for_count<false>(DqBlocks::count(p, dst),
-                                      dq_turn(p, work, work.m_block(step)));
+      backward::wait_for_count<false>(DqBlocks::count(p, dst), dq_turn(p, work, walk.m_block));
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the reductions come after
     }
     // The accumulator stays in L2 for the key blocks still to add to it and for the post-pass
