@@ -12,16 +12,25 @@ namespace flashcute {
 
 constexpr int kMaxCachedDevices = 64;
 
-// The device's multiprocessor count (0 after a failed query, which is then retried).
-inline cudaError_t multiprocessor_count(int device, int& count) {
+// A device attribute, queried once per device (0 after a failed query, which is then retried).
+template <cudaDeviceAttr kAttribute>
+cudaError_t cached_device_attribute(int device, int& value) {
   static std::atomic<int> cached[kMaxCachedDevices] = {};
   bool const cacheable = device >= 0 && device < kMaxCachedDevices;
-  if (cacheable && (count = cached[device].load(std::memory_order_relaxed)) > 0) {
+  if (cacheable && (value = cached[device].load(std::memory_order_relaxed)) > 0) {
     return cudaSuccess;
   }
-  cudaError_t const err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess && cacheable) cached[device].store(count, std::memory_order_relaxed);
+  cudaError_t const err = cudaDeviceGetAttribute(&value, kAttribute, device);
+  if (err == cudaSuccess && cacheable) cached[device].store(value, std::memory_order_relaxed);
   return err;
+}
+
+inline cudaError_t multiprocessor_count(int device, int& count) {
+  return cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, count);
+}
+
+inline cudaError_t l2_cache_bytes(int device, int& bytes) {
+  return cached_device_attribute<cudaDevAttrL2CacheSize>(device, bytes);
 }
 
 // Runs configure() (cudaFuncSetAttribute calls for one kernel) once per device; each Tag (the

@@ -74,8 +74,12 @@ cudaError_t launch_backward(const BackwardParams& p, cudaStream_t stream) {
                                 Kernel::kSmemBytes);
   });
   if (err != cudaSuccess) return err;
-  err = launch_dependent(true, kernel, dim3(Kernel::launch_order(p).num_ctas()),
-                         dim3(Kernel::kThreads), Kernel::kSmemBytes, stream, Kernel::to_params(p));
+  int multiprocessors = 0, l2_bytes = 0;
+  if ((err = multiprocessor_count(device, multiprocessors)) != cudaSuccess) return err;
+  if ((err = l2_cache_bytes(device, l2_bytes)) != cudaSuccess) return err;
+  auto const params = Kernel::to_params(p, multiprocessors, l2_bytes);
+  err = launch_dependent(true, kernel, dim3(params.order.num_ctas()), dim3(Kernel::kThreads),
+                         Kernel::kSmemBytes, stream, params);
   if (err != cudaSuccess) return err;
   return DqPostPass<typename Kernel::DqBlocks, Traits::kBlockN, !Traits::kSplitHeadDim>::launch(
       p, device, stream);

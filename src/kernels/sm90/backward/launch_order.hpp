@@ -1,16 +1,23 @@
 // The order in which the Hopper backward's CTAs launch: one CTA per (key block, KV head,
 // sequence) on a one-dimensional grid, which the hardware hands out in index order to the SMs as
-// they free up. Key blocks go in chunks, every (KV head, sequence) of a chunk before the next
-// chunk; within a chunk a head's key blocks are side by side and read the same Q and dO blocks
-// from L2. With a right mask edge the lowest key blocks see the most queries: chunks of
-// kCostOrderChunk start the costliest CTAs first and leave the cheapest for the end. Without one
-// every key block costs the same, and one chunk of every key block (the key block varying
-// fastest) keeps the most CTAs of a head together: chunks of 8 there cost 1-6% of the main
-// kernel's time (d 64 and 128, bench/NOTES.md). Host-callable, so that a CPU test can check that
-// every place is taken once.
+// they free up. A (KV head, sequence) pair is a group: its CTAs read and add to the same Q, dO and
+// dQ rows.
+//
+// Groups go in sections, every CTA of a section before the next section. Within a section key
+// blocks go in chunks, every group of the section in a chunk before the next chunk. With a right
+// mask edge (causal, windows) the lowest key blocks see the most queries, so chunks start a
+// section's costliest CTAs first. The sections are `section_groups` wide, few enough that their
+// rows stay in L2 while every key block reads them; the last one, the tail, is `tail_groups`
+// wide, enough groups that the SMs stay busy while its costliest CTA runs. Against chunks across
+// every group this is 2-7% faster on the causal d 128 rows, where the GPU's power limit sets the
+// clock and DRAM traffic costs power (bench/NOTES.md). Without a right edge every key block costs
+// the same and the chunk is every key block: the grid in group order, the key block varying
+// fastest, whatever the sections. Host-callable, so that a CPU test can check that every place is
+// taken once.
 #pragma once
 
 #include <cute/config.hpp>
+#include <cute/numeric/math.hpp>
 
 namespace flashcute::sm90 {
 
@@ -22,28 +29,49 @@ struct BackwardLaunchOrder {
   static constexpr int kCostOrderChunk = 8;
 
   int n_blocks, heads_k, sequences;
-  int chunk;  // key blocks per chunk
+  int chunk;           // key blocks per chunk
+  int section_groups;  // groups per section before the tail (at least 1)
+  int tail_groups;     // groups in the last section
 
   CUTE_HOST_DEVICE int num_ctas() const { return n_blocks * heads_k * sequences; }
+
+  // The tail's width with a right mask edge: the fewest groups whose work, spread over every SM,
+  // lasts as long as the costliest CTA (a group of n key blocks holds about n (n + 1) / 2 times
+  // that CTA's work when the costs fall linearly).
+  CUTE_HOST_DEVICE static int cost_order_tail(int n_blocks, int multiprocessors) {
+    return (2 * multiprocessors + n_blocks) / (n_blocks + 1);
+  }
 
   // The place of CTA `cta`. descend: key blocks from the last (the deterministic turns' order,
   // so that a CTA waits only for CTAs launched before it).
   CUTE_HOST_DEVICE BackwardPlace place(int cta, bool descend) const {
     int const groups = heads_k * sequences;
+    int const tail = tail_groups < groups ? tail_groups : groups;
+    int const in_sections = (groups - tail) * n_blocks;
+    int first_group, width;  // the section's first group and its width
+    if (cta < in_sections) {
+      int const section = cta / (section_groups * n_blocks);
+      first_group = section * section_groups;
+      width = cute::min(section_groups, groups - tail - first_group);
+    } else {
+      first_group = groups - tail;
+      width = tail;
+    }
+    int const rest_of_section = cta - first_group * n_blocks;
     int const full_chunks = n_blocks / chunk;
-    int const in_full_chunks = full_chunks * chunk * groups;
-    int first, width, rest;  // the chunk's first key block, its width, and cta's rank in it
-    if (cta < in_full_chunks) {
-      first = cta / (chunk * groups) * chunk;
-      width = chunk;
-      rest = cta % (chunk * groups);
+    int const in_full_chunks = full_chunks * chunk * width;
+    int first, size, rest;  // the chunk's first key block, its size, and cta's rank in it
+    if (rest_of_section < in_full_chunks) {
+      first = rest_of_section / (chunk * width) * chunk;
+      size = chunk;
+      rest = rest_of_section % (chunk * width);
     } else {
       first = full_chunks * chunk;
-      width = n_blocks - first;
-      rest = cta - in_full_chunks;
+      size = n_blocks - first;
+      rest = rest_of_section - in_full_chunks;
     }
-    int const group = rest / width;
-    int const n_block = first + rest % width;
+    int const group = first_group + rest / size;
+    int const n_block = first + rest % size;
     return {descend ? n_blocks - 1 - n_block : n_block, group % heads_k, group / heads_k};
   }
 };

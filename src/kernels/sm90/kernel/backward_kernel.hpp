@@ -87,12 +87,13 @@ struct BackwardKernel {
     typename Traits::TmaQ tma_q;
     typename Traits::TmaQ tma_dout;
     typename Traits::GmemShape shape_q;  // (rows, head_dim, heads, batches)
+    BackwardLaunchOrder order;
     BackwardParams p;
   };
 
   // Host, once per launch. Packed sequences are one batch of total_q tokens, whose batch stride
   // is never applied (the row stride stands in, a valid TMA stride).
-  static Params to_params(BackwardParams const& p) {
+  static Params to_params(BackwardParams const& p, int multiprocessors, int l2_bytes) {
     bool const packed = p.cu_seqlens_q != nullptr;
     auto const shape =
         make_shape(packed ? int(p.total_q) : p.seqlen_q, p.head_dim, p.heads, packed ? 1 : p.batch);
@@ -105,7 +106,7 @@ struct BackwardKernel {
     };
     return Params{tma(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
                   tma(p.dout, p.dout_row_stride, p.dout_head_stride, p.dout_batch_stride), shape,
-                  p};
+                  launch_order(p, multiprocessors, l2_bytes), p};
   }
 
   // The query blocks of this CTA's key block, and its steps: every block for each query head of
@@ -117,8 +118,8 @@ struct BackwardKernel {
     BlockRange blocks;
     int steps;
 
-    CUTE_DEVICE Work(BackwardParams const& p)
-        : Work(p, launch_order(p).place(int(blockIdx.x), turns_descend(p))) {}
+    CUTE_DEVICE Work(Params const& params)
+        : Work(params.p, params.order.place(int(blockIdx.x), turns_descend(params.p))) {}
     CUTE_DEVICE Work(BackwardParams const& p, BackwardPlace const& at)
         : n_block(at.n_block),
           head_kv(at.head_kv),
@@ -136,12 +137,22 @@ struct BackwardKernel {
     }
   };
 
-  // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes: the
-  // costliest first when the key blocks' costs differ (a right mask edge).
-  CUTE_HOST_DEVICE static BackwardLaunchOrder launch_order(BackwardParams const& p) {
-    int const n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-    int const chunk = p.window_right >= 0 ? BackwardLaunchOrder::kCostOrderChunk : n_blocks;
-    return {n_blocks, p.heads_k, p.batch, cute::max(chunk, 1)};
+  // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes. With a right
+  // mask edge: a section's Q, dO and dQ accumulator rows fill at most half of L2 (at least one
+  // group), and the tail spreads its costliest CTAs over the SMs.
+  static BackwardLaunchOrder launch_order(BackwardParams const& p, int multiprocessors,
+                                          int l2_bytes) {
+    int const n_blocks = cute::max((p.seqlen_k + kBlockN - 1) / kBlockN, 1);
+    if (p.window_right < 0) return {n_blocks, p.heads_k, p.batch, n_blocks, 1, 0};
+    int64_t const group_bytes = int64_t(p.heads_per_kv_head) * p.seqlen_q * p.head_dim *
+                                (2 * sizeof(Element) + sizeof(float));
+    int64_t const section_groups = cute::max(int64_t(l2_bytes / 2) / group_bytes, int64_t(1));
+    return {n_blocks,
+            p.heads_k,
+            p.batch,
+            cute::min(BackwardLaunchOrder::kCostOrderChunk, n_blocks),
+            int(cute::min(section_groups, int64_t(p.heads_k) * p.batch)),
+            BackwardLaunchOrder::cost_order_tail(n_blocks, multiprocessors)};
   }
 
   // kKeys: each consumer warpgroup stages its own part of a step's dQ at 64 rows per step, so
@@ -162,7 +173,7 @@ struct BackwardKernel {
     // dQ's post-pass may launch now: it waits for its blocks' counts (or for this grid).
     wait_for_prior_grid();
     allow_dependent_launch();
-    Work const work(p);
+    Work const work(params);
     if (work.n_block * kBlockN >= work.seq.seqlen_k) return;  // a shorter packed sequence
 
     int const warpgroup = threadIdx.x / 128;
