@@ -18,9 +18,8 @@
 #           flags) -> peers-details.txt: launch shape, registers, throughputs of each kernel
 #   bwdpeers Nsight Compute (every section) on one backward row (BWD_ROW, bench/bwd_kernels.py's
 #           B:S:H:D[:HK][:causal]): our main kernel, then cuDNN's -> bwd-{ours,cudnn}-*.txt/csv
-#   bwdab   bench/bwd_kernels.py on the backward rows BWD_ROWS (default: d 128 s 2k and 8k, both
-#           masks, and the GQA row) for AB_OLD_LIB and this build's library, one process each,
-#           alternated over two passes: each kernel's time and each call's -> bwdab.log
+#   bwdab   bench/ab.py --kind bwd: the backward of this build against AB_OLD_LIB in one process
+#           (default rows: d 128 with s >= 2k; AB_FLAGS: more bench/ab.py flags) -> bwdab.log
 # Nsight Compute runs with --clock-control none: the card's clocks are left as they are.
 # Each step has a time cap (STEP_TIMEOUT_<step>, seconds). Logs and results go to $OUT (or
 # ./device-out); a short summary is printed last.
@@ -193,16 +192,11 @@ step_bwdab() {
     summary+=("bwdab: not run (AB_OLD_LIB not set)")
     return
   fi
-  local rows=${BWD_ROWS:-8:2048:16:128,8:2048:16:128::causal,2:8192:16:128,2:8192:16:128::causal,2:8192:32:128:8}
-  local pass lib
-  for pass in 1 2; do
-    for lib in "$AB_OLD_LIB" "$BUILD_DIR/lib/libflashcute.so"; do
-      echo "== pass $pass: $lib" | tee -a "$OUT/bwdab.log"
-      FLASHCUTE_LIB=$lib timeout "${STEP_TIMEOUT_bwdab:-200}" python3 bench/bwd_kernels.py \
-        --rows "$rows" --family sm90 --no-peers 2>&1 | tee -a "$OUT/bwdab.log" | grep -E "^b|ours"
-    done
-  done
-  summary+=("bwdab ($rows): see bwdab.log")
+  timeout "${STEP_TIMEOUT_bwdab:-420}" python3 bench/ab.py --kind bwd --rows quick --impls ours \
+    --rounds 4 --warmup 5 --iters 20 --old "$AB_OLD_LIB" --new "$BUILD_DIR/lib/libflashcute.so" \
+    --out "$OUT/bwdab" ${AB_FLAGS:-} 2>&1 | tee "$OUT/bwdab.log" | tail -n 18
+  local rc=${PIPESTATUS[0]}
+  summary+=("bwdab: exit $rc")
 }
 
 for step in $STEPS; do
