@@ -86,6 +86,23 @@ TEST(Sm90BackwardOrder, OneChunkIsTheKeyBlockFastestGrid) {
     }
 }
 
+// Without sections the order is the one with a tail of every group.
+TEST(Sm90BackwardOrder, NoSectionsIsATailOfEveryGroup) {
+  for (int n_blocks : {1, 9, 64})
+    for (int heads_k : {1, 3})
+      for (int sequences : {1, 5})
+        for (bool descend : {false, true}) {
+          BackwardLaunchOrder const order{n_blocks, heads_k, sequences, 8, 1, heads_k * sequences};
+          for (int cta = 0; cta < order.num_ctas(); ++cta) {
+            BackwardPlace const a = order.place<false>(cta, descend);
+            BackwardPlace const b = order.place<true>(cta, descend);
+            ASSERT_EQ(std::make_tuple(a.n_block, a.head_kv, a.sequence),
+                      std::make_tuple(b.n_block, b.head_kv, b.sequence))
+                << "CTA " << cta;
+          }
+        }
+}
+
 // The tail holds at least the costliest CTA's work per SM (2 n per group of n (n + 1) steps).
 TEST(Sm90BackwardOrder, CostOrderTailCoversTheCostliestCta) {
   for (int sms : {1, 78, 132})

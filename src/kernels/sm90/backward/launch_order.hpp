@@ -43,19 +43,22 @@ struct BackwardLaunchOrder {
   }
 
   // The place of CTA `cta`. descend: key blocks from the last (the deterministic turns' order,
-  // so that a CTA waits only for CTAs launched before it).
+  // so that a CTA waits only for CTAs launched before it). kSections = false: the whole grid is
+  // the tail (chunks across every group), without the sections' arithmetic.
+  template <bool kSections = true>
   CUTE_HOST_DEVICE BackwardPlace place(int cta, bool descend) const {
     int const groups = heads_k * sequences;
-    int const tail = tail_groups < groups ? tail_groups : groups;
-    int const in_sections = (groups - tail) * n_blocks;
-    int first_group, width;  // the section's first group and its width
-    if (cta < in_sections) {
-      int const section = cta / (section_groups * n_blocks);
-      first_group = section * section_groups;
-      width = cute::min(section_groups, groups - tail - first_group);
-    } else {
-      first_group = groups - tail;
-      width = tail;
+    int first_group = 0, width = groups;  // the section's first group and its width
+    if constexpr (kSections) {
+      int const tail = tail_groups < groups ? tail_groups : groups;
+      int const in_sections = (groups - tail) * n_blocks;
+      if (cta < in_sections) {
+        first_group = cta / (section_groups * n_blocks) * section_groups;
+        width = cute::min(section_groups, groups - tail - first_group);
+      } else {
+        first_group = groups - tail;
+        width = tail;
+      }
     }
     int const rest_of_section = cta - first_group * n_blocks;
     int const full_chunks = n_blocks / chunk;

@@ -119,7 +119,8 @@ struct BackwardKernel {
     int steps;
 
     CUTE_DEVICE Work(Params const& params)
-        : Work(params.p, params.order.place(int(blockIdx.x), turns_descend(params.p))) {}
+        : Work(params.p, params.order.template place<kLaunchSections>(int(blockIdx.x),
+                                                                      turns_descend(params.p))) {}
     CUTE_DEVICE Work(BackwardParams const& p, BackwardPlace const& at)
         : n_block(at.n_block),
           head_kv(at.head_kv),
@@ -137,21 +138,29 @@ struct BackwardKernel {
     }
   };
 
+  // Sections in the launch order at 64-row steps only: at 128 (d 64) the consumers have no
+  // registers to spare, and the sections' arithmetic spilled their step loop (56 -> 140 bytes,
+  // 3-6% slower on every d 64 row, bench/NOTES.md); there the whole grid is the tail.
+  static constexpr bool kLaunchSections = kBlockM == 64;
+
   // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes. With a right
   // mask edge: a section's Q, dO and dQ accumulator rows fill at most half of L2 (at least one
   // group), and the tail spreads its costliest CTAs over the SMs.
   static BackwardLaunchOrder launch_order(BackwardParams const& p, int multiprocessors,
                                           int l2_bytes) {
     int const n_blocks = cute::max((p.seqlen_k + kBlockN - 1) / kBlockN, 1);
+    int const groups = p.heads_k * p.batch;
     if (p.window_right < 0) return {n_blocks, p.heads_k, p.batch, n_blocks, 1, 0};
+    int const chunk = cute::min(BackwardLaunchOrder::kCostOrderChunk, n_blocks);
+    if (!kLaunchSections) return {n_blocks, p.heads_k, p.batch, chunk, 1, groups};
     int64_t const group_bytes = int64_t(p.heads_per_kv_head) * p.seqlen_q * p.head_dim *
                                 (2 * sizeof(Element) + sizeof(float));
     int64_t const section_groups = cute::max(int64_t(l2_bytes / 2) / group_bytes, int64_t(1));
     return {n_blocks,
             p.heads_k,
             p.batch,
-            cute::min(BackwardLaunchOrder::kCostOrderChunk, n_blocks),
-            int(cute::min(section_groups, int64_t(p.heads_k) * p.batch)),
+            chunk,
+            int(cute::min(section_groups, int64_t(groups))),
             BackwardLaunchOrder::cost_order_tail(n_blocks, multiprocessors)};
   }
 
