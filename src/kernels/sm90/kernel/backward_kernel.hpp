@@ -717,7 +717,9 @@ struct BackwardKernel {
     int m_block;
 
     CUTE_DEVICE DqWalk(BackwardParams const& p, Work const& work)
-        : block(dq_block(p, work, 0)), m_block(work.blocks.begin) {}
+        : block(DqBlocks::block(p, work.seq, work.sequence, work.head_kv * p.heads_per_kv_head,
+                                work.blocks.begin)),
+          m_block(work.blocks.begin) {}
 
     CUTE_DEVICE void advance(BackwardParams const& p, Work const& work) {
       block += DqBlocks::kBlockM * DqBlocks::kWidth;
