@@ -281,7 +281,8 @@ def forward_calls(r, libs, family, q, k, v):
 
 def backward_calls(r, libs, family, q, k, v, dout):
     """Each build's fc_backward from one forward (the old build's, family auto) into its own dq,
-    dk, dv and workspace: (outs, (args, workspaces), calls), or None when the forward has no
+    dk, dv and workspace: (outs, kept, calls), where kept holds what the calls point at (each
+    build's args and workspace, the forward's output and LSE), or None when the forward has no
     kernel."""
     o = torch.empty_like(q)
     lse = torch.empty((r["b"], r["h"], r["sq"]), device="cuda", dtype=torch.float32)

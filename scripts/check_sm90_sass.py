@@ -33,10 +33,9 @@ BACKWARD_TRAITS = re.compile(
     r"BackwardTraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELNS0_13BackwardSplitE(\d)E")
 # Local-memory instructions (LDL and STL) a backward kernel may hold, by head dim: the d 64 and
 # d 128 kernels keep a few values in local memory (64 / 64 and 28 / 28 bytes, 32 and 14
-# instructions; two of d 64's are in its consumers' step loop, as when it had 27: the writer's
-# dQ walk added five outside it, and the d 64 rows ran at 0.98-1.01 of the kernel without them).
-# More fails here so that it is measured before it lands: d 64's allocation has gone to 124-304
-# bytes with changes outside its step, at a cost of 3-6% (bench/NOTES.md).
+# instructions; two of d 64's lie in its consumers' step loop, the rest outside it, where they
+# measured free). More fails here so that it is measured before it lands: d 64's allocation has
+# gone to 124-304 bytes with changes outside its step, at a cost of 3-6% (bench/NOTES.md).
 LOCAL_BUDGET = {64: 32, 128: 14, 256: 0}
 
 

@@ -8,10 +8,10 @@
 // mask edge (causal, windows) the lowest key blocks see the most queries, so chunks start a
 // section's costliest CTAs first. The sections are `section_groups` wide, few enough that their
 // rows stay in L2 while every key block reads them; the last one, the tail, is `tail_groups`
-// wide, enough groups that the SMs stay busy while its costliest CTA runs. Against chunks across
-// every group this is 2-7% faster on the causal d 128 rows, where the GPU's power limit sets the
-// clock and DRAM traffic costs power (bench/NOTES.md). Without a right edge every key block costs
-// the same and the chunk is every key block: the grid in group order, the key block varying
+// wide, enough groups that the SMs stay busy while its costliest CTA runs. Rows read again from
+// DRAM cost power, and under the GPU's power limit power is clock: the causal rows run 2-7%
+// faster than with chunks across every group (bench/NOTES.md). Without a right edge every key block
+// costs the same and the chunk is every key block: the grid in group order, the key block varying
 // fastest, whatever the sections. Host-callable, so that a CPU test can check that every place is
 // taken once.
 #pragma once

@@ -139,8 +139,8 @@ struct BackwardKernel {
   };
 
   // Sections in the launch order at 64-row steps only: at 128 (d 64) the consumers have no
-  // registers to spare, and the sections' arithmetic spilled their step loop (56 -> 140 bytes,
-  // 3-6% slower on every d 64 row, bench/NOTES.md); there the whole grid is the tail.
+  // registers to spare, and the sections' arithmetic spills their step loop (3-6% on every d 64
+  // row, bench/NOTES.md); there the whole grid is the tail.
   static constexpr bool kLaunchSections = kBlockM == 64;
 
   // Which (key block, KV head, sequence) each CTA of the one-dimensional grid takes. With a right
