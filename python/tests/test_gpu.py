@@ -324,6 +324,51 @@ def test_cuda_graph_capture_and_replay():
         assert_close(out, ref, v, torch.float16, what=f"replay {step}")
 
 
+@pytest.mark.parametrize("shape", [(2, 2048, 16, 128), (1, 3000, 12, 64), (4, 1000, 16, 64)],
+                         ids=["d128", "d64", "d64_short"])
+def test_causal_schedule_on_streams_and_in_graphs(shape):
+    """Causal calls on a Hopper GPU take their tiles from a per-stream counter that each kernel
+    leaves zeroed; a captured call uses the static schedule instead. Every tile's arithmetic is
+    the same either way, so repeated calls, calls on several streams at once and a graph's replay
+    all give the same bits, which match the reference."""
+    b, s, h, d = shape
+    g = generator("schedule", shape)
+    q, k, v = (randn(shape, g, torch.bfloat16) for _ in range(3))
+    poison((shape, torch.bfloat16))
+    first = flashcute.flash_attn_func(q, k, v, causal=True)
+    ref, _ = attention(q, k, v, scale=default_scale(d), causal=True)
+    assert_close(first, ref, v, torch.bfloat16)
+    for _ in range(3):  # a counter left non-zero would hand out the wrong tiles
+        poison((shape, torch.bfloat16))
+        assert torch.equal(flashcute.flash_attn_func(q, k, v, causal=True), first)
+
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    outs = []
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):  # the streams' kernels overlap, each with its own counter
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                outs.append(flashcute.flash_attn_func(q, k, v, causal=True))
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    for out in outs:
+        assert torch.equal(out, first)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        flashcute.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    poison((shape, torch.bfloat16))
+    with torch.cuda.graph(graph):
+        captured = flashcute.flash_attn_func(q, k, v, causal=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, first)
+
+
 def test_eager_calls_take_the_fast_path_and_fall_back_for_errors(monkeypatch):
     """An eager call runs without the custom op (its dispatch costs more than a tiny kernel);
     autograd, an explicit family, and a bad argument go through the op's checked path, whose

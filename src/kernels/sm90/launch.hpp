@@ -11,6 +11,7 @@
 #include "kernels/device_attributes.hpp"
 #include "kernels/kernel_registry.hpp"
 #include "kernels/sm90/kernel/forward_kernel.hpp"
+#include "kernels/sm90/tile_counters.hpp"
 
 namespace flashcute::sm90 {
 
@@ -45,8 +46,6 @@ bool supports(const AttentionParams& p) {
 
 template <class Kernel>
 cudaError_t launch_kernel(const AttentionParams& a, cudaStream_t stream) {
-  typename Kernel::Params const params = Kernel::to_params(a);
-
   auto kernel = forward_kernel<Kernel>;
   constexpr int smem_bytes = Kernel::kSmemBytes;
   // The caller made the tensors' device current.
@@ -65,8 +64,14 @@ cudaError_t launch_kernel(const AttentionParams& a, cudaStream_t stream) {
   });
   if (err != cudaSuccess) return err;
   if ((err = multiprocessor_count(device, sms)) != cudaSuccess) return err;
+  int* const counters =
+      Kernel::schedules_dynamically(a) ? stream_tile_counters(device, stream) : nullptr;
+  int l2_bytes = 0;
+  if (counters != nullptr && (err = l2_cache_bytes(device, l2_bytes)) != cudaSuccess) return err;
+  int const max_ctas = sms * Kernel::kCtasPerSm;
+  typename Kernel::Params const params = Kernel::to_params(a, counters, l2_bytes, max_ctas);
   // Persistent grid: as many CTAs as fit on the SMs at once.
-  int const grid = std::min(params.scheduler.num_units, sms * Kernel::kCtasPerSm);
+  int const grid = std::min(params.scheduler.num_units, max_ctas);
   kernel<<<grid, Kernel::kThreads, smem_bytes, stream>>>(params);
   return cudaGetLastError();
 }

@@ -1,10 +1,14 @@
-// Static tile scheduler for the persistent grid: each CTA (one or more per SM) walks its own list
-// of tiles. A causal tile's cost grows with its row index, so causal work is handed out in units
-// of two tiles, m and num_m - 1 - m, whose costs sum to about the same for every unit of a
-// sequence: a plain round-robin over equal units is then balanced without any global counter.
-// The middle tile of an odd count has half a unit's cost. Units of one (batch, head) are
-// consecutive, so the CTAs running side by side share K and V in L2.
+// Tile scheduler of the persistent grid. The producer runs it and hands each tile to the
+// consumers through shared memory (collective/mainloop_fwd.hpp), so the consumers keep no
+// scheduler state. Two ways to hand out tiles:
 //
+// Static: each CTA walks its own list, units j, j + G, j + 2 G, ... of a grid of G CTAs. A causal
+// tile's cost grows with its row index, so causal work is handed out in units of two tiles, m and
+// num_m - 1 - m, whose costs sum to about the same for every unit of a sequence: a plain
+// round-robin over equal units is then balanced without any global counter, up to the rounding of
+// units over CTAs (the last round of 1024 units on 132 CTAs is three quarters full). The middle
+// tile of an odd count has half a unit's cost. Units of one (batch, head) are consecutive, so the
+// CTAs running side by side share K and V in L2.
 // Dense batches: every sequence has num_m_blocks tiles, the units are numbered arithmetically,
 // and the unpaired middle tiles go last, where they fill the tail.
 // Packed batches: the units of each sequence are counted from its own length, so no unit is an
@@ -12,7 +16,18 @@
 // idle while others ran long sequences). A CTA's units only grow, so it finds each unit's
 // sequence by walking a cursor forward over the sequences, reading their lengths from
 // cu_seqlens_q (L1-resident) as it goes.
-// Host-callable too, so that a CPU test can check that every tile is handed out exactly once.
+//
+// Dynamic (dense causal calls given a counter): every tile is a unit, costliest first within
+// sections of (batch, head) pairs. Each CTA takes its first unit by its index and every later one
+// from a global counter, so the CTA that frees first takes the costliest tile left: no rounding of
+// units over CTAs. A section is as wide as the pairs whose K and V fit in half of L2 (so that its
+// tiles find them there), but at least enough pairs for four units per CTA: the last section's
+// costliest tiles start late, and only then do the CTAs still have enough cheaper tiles left to
+// even out (a host model of the benchmark's causal rows: 0.99 balanced, against 0.92-0.96 with
+// L2-sized sections alone). The section of the pairs left over goes first. The last CTA to run out
+// of units sets the counter back to zero, so the next call on the stream finds it zeroed without a
+// memset (one counter per stream: kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU
+// test can check that every tile is handed out exactly once.
 #pragma once
 
 #include <cutlass/fast_math.h>
@@ -35,6 +50,11 @@ struct TileScheduler {
     // tile's cost grows with its row.
     bool pair_tiles;
     const int32_t* cu_seqlens_q;  // packed: token offsets of each sequence; null when dense
+    // Dynamic schedule: two ints, zero on entry (units taken beyond the grid's first, CTAs out of
+    // units), left zero on exit; null: static. Only dense calls with paired tiles use it.
+    int* counters;
+    int l2_section_heads;  // dynamic: (batch, head) pairs whose K and V fit in half of L2
+    int max_ctas;          // dynamic: the most CTAs the grid may have
   };
 
   struct Params {
@@ -43,16 +63,26 @@ struct TileScheduler {
     int num_units;     // the grid's work; for a packed batch an upper bound
     bool pair_tiles;
     const int32_t* cu_seqlens_q;
+    int* counters;  // null: static schedule
     // Dense schedule: divide by heads, and by the paired units of one (batch, head). FastDivmod:
     // a multiply-high and a shift instead of the ~25 instructions of an integer division.
     cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
+    // Dynamic schedule: a first section of first_section_heads (batch, head) pairs (those left
+    // over; maybe none), then sections of section_heads pairs, num_m_blocks units per pair.
+    int section_heads, first_section_heads, first_section_units;
+    cutlass::FastDivmod section_units_divmod, section_heads_divmod, first_section_heads_divmod;
   };
 
   int unit;    // index of the current unit
-  int second;  // 0: the unit's first (heavier) tile, 1: its second
+  int second;  // static, paired: 0: the unit's first (heavier) tile, 1: its second
   // Packed batches only: the sequence that holds `unit` (batch = number of sequences when the
   // list is exhausted) and the index of that sequence's first unit.
   int seq, seq_unit0;
+
+  // Whether a call with these arguments uses the counters when given them.
+  CUTE_HOST_DEVICE static bool schedules_dynamically(Arguments const& a) {
+    return a.pair_tiles && a.cu_seqlens_q == nullptr;
+  }
 
   // Host, once per launch.
   static Params to_params(Arguments const& a) {
@@ -62,17 +92,30 @@ struct TileScheduler {
     p.num_m_blocks = (a.seqlen_q + kBlockM - 1) / kBlockM;
     p.pair_tiles = a.pair_tiles;
     p.cu_seqlens_q = a.cu_seqlens_q;
+    p.counters = schedules_dynamically(a) ? a.counters : nullptr;
     p.num_units = num_units(p);
     p.heads_divmod = cutlass::FastDivmod(p.heads);
     // No paired unit when causal with one tile per sequence; the divisor is then never used.
     p.paired_per_bh_divmod = cutlass::FastDivmod(std::max(paired_units_per_bh(p), 1));
+    if (p.counters != nullptr) {
+      int const bh = p.heads * p.batch;
+      int const ctas = std::max(std::min(a.max_ctas, p.num_units), 1);
+      int const balanced = (4 * ctas + p.num_m_blocks - 1) / p.num_m_blocks;
+      p.section_heads = std::min(std::max({a.l2_section_heads, balanced, 1}), bh);
+      p.first_section_heads = bh % p.section_heads;
+      p.first_section_units = p.first_section_heads * p.num_m_blocks;
+      p.section_units_divmod = cutlass::FastDivmod(p.section_heads * p.num_m_blocks);
+      p.section_heads_divmod = cutlass::FastDivmod(p.section_heads);
+      // Without a first section this divisor is never used.
+      p.first_section_heads_divmod = cutlass::FastDivmod(std::max(p.first_section_heads, 1));
+    }
     return p;
   }
 
   // The grid's size; for a packed batch an upper bound (the host cannot read cu_seqlens).
   CUTE_HOST_DEVICE static int num_units(Params const& p) {
     int bh = p.heads * p.batch;
-    if (!p.pair_tiles) return bh * p.num_m_blocks;
+    if (!p.pair_tiles || p.counters != nullptr) return bh * p.num_m_blocks;
     return bh * ((p.num_m_blocks + 1) / 2);
   }
 
@@ -90,23 +133,44 @@ struct TileScheduler {
       PackedPlace const at = packed_place(p);
       return WorkTile{m_block(p, at.index, at.m_blocks), at.head, seq};
     }
-    // Dense: the units of every (batch, head) first (pairs when causal), then the middle tiles.
-    int const paired_units = p.heads * p.batch * paired_units_per_bh(p);
     int bh, m;
-    if (unit < paired_units) {
-      int k;
-      p.paired_per_bh_divmod(bh, k, unit);
-      m = m_block(p, k, p.num_m_blocks);
+    if (p.counters != nullptr) {
+      // Within a section, the row blocks from the last (costliest) down, every pair of the
+      // section at each row block.
+      int rank;
+      if (unit < p.first_section_units) {
+        p.first_section_heads_divmod(rank, bh, unit);
+      } else {
+        int section, within;
+        p.section_units_divmod(section, within, unit - p.first_section_units);
+        p.section_heads_divmod(rank, bh, within);
+        bh += p.first_section_heads + section * p.section_heads;
+      }
+      m = p.num_m_blocks - 1 - rank;
     } else {
-      bh = unit - paired_units;
-      m = p.num_m_blocks / 2;  // the middle tile of an odd count
+      // The units of every (batch, head) first (pairs when causal), then the middle tiles.
+      int const paired_units = p.heads * p.batch * paired_units_per_bh(p);
+      if (unit < paired_units) {
+        int k;
+        p.paired_per_bh_divmod(bh, k, unit);
+        m = m_block(p, k, p.num_m_blocks);
+      } else {
+        bh = unit - paired_units;
+        m = p.num_m_blocks / 2;  // the middle tile of an odd count
+      }
     }
     int batch, head;
     p.heads_divmod(batch, head, bh);
     return WorkTile{m, head, batch};
   }
 
+  // Dynamic: the next unit comes from the counter. The atomic's round trip is paid between two
+  // tiles' loads, while the consumers still work on the K/V stages already loaded.
   CUTE_HOST_DEVICE void advance(Params const& p, int grid_size) {
+    if (p.counters != nullptr) {
+      unit = grid_size + fetch_add(p.counters[0]);
+      return;
+    }
     if (p.pair_tiles && !second && pairs_with_next(p)) {
       second = 1;
       return;
@@ -116,7 +180,39 @@ struct TileScheduler {
     if (p.cu_seqlens_q != nullptr) seek(p);
   }
 
+  // Dynamic: once per CTA, after its last unit. The last CTA out zeroes the counters: every CTA's
+  // last take (which found no unit) came before its count here.
+  CUTE_HOST_DEVICE static void retire(Params const& p, int grid_size) {
+    if (p.counters == nullptr) return;
+#if defined(__CUDA_ARCH__)
+    __threadfence();
+#endif
+    if (fetch_add(p.counters[1]) == grid_size - 1) {
+      store_zero(p.counters[0]);
+      store_zero(p.counters[1]);
+    }
+  }
+
  private:
+  // One thread (the producer's) calls it. The shuffle from lane 0 tells the compiler that the
+  // unit is warp-uniform, so that the tile's coordinates and TMA arithmetic stay in uniform
+  // registers: with the atomic's result taken as is, they moved to the producer's 24 vector
+  // registers and spilled (~280 bytes).
+  CUTE_HOST_DEVICE static int fetch_add(int& counter) {
+#if defined(__CUDA_ARCH__)
+    return __shfl_sync(1u, atomicAdd(&counter, 1), 0);
+#else
+    return counter++;  // the CPU test runs the CTAs one step at a time
+#endif
+  }
+  CUTE_HOST_DEVICE static void store_zero(int& counter) {
+#if defined(__CUDA_ARCH__)
+    atomicExch(&counter, 0);
+#else
+    counter = 0;
+#endif
+  }
+
   CUTE_HOST_DEVICE static int seq_m_blocks(Params const& p, int s) {
     int len = p.cu_seqlens_q[s + 1] - p.cu_seqlens_q[s];
     return (len + kBlockM - 1) / kBlockM;

@@ -47,6 +47,11 @@ struct CollectiveMainloopFwd {
     typename Pipeline::SharedStorage pipe_v;
     cutlass::arch::ClusterTransactionBarrier bar_q;  // Q landed
     cutlass::arch::ClusterBarrier bar_q_free;        // every consumer thread is done with Q
+    // The tile whose Q bar_q announces (m_block, head, batch; m_block < 0: no more tiles), tile
+    // t in slot t % 2. The producer writes it as it starts tile t's loads; the consumers read it
+    // after their wait for tile t's Q. The slot's previous tile, t - 2, was read before the
+    // consumers released its Q, which the producer waited for while loading tile t - 1.
+    alignas(16) int work[2][4];
   };
 
   struct Arguments {
@@ -163,9 +168,11 @@ struct CollectiveMainloopFwd {
 
   // Producer: every load of one tile. `tiles`: tiles this CTA has loaded before.
   CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, Pipelines& pipes,
-                               PipelineState& state, TileInfo const& tile, int head, int tiles) {
+                               PipelineState& state, TileInfo const& tile, WorkTile const& work,
+                               int tiles) {
     using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+    int const head = work.head;
     int kv_head = head / p.heads_per_kv_head;
 
     // Row 0 of these views is the sequence's first token (packed) or row (dense).
@@ -204,6 +211,7 @@ struct CollectiveMainloopFwd {
       smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
       copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
     };
+    publish_work(smem, tiles, work.m_block, work.head, work.batch);
     if (tile.n_block_max <= tile.n_block_min) load_q();
 
     for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
@@ -219,8 +227,30 @@ struct CollectiveMainloopFwd {
     }
   }
 
-  // Consumer: one tile's main loop. Returns with o holding the unnormalised output and softmax
-  // the row statistics. thread: the index among all consumer threads.
+  // Producer, after its last tile: tells the consumers that no tile follows (bar_q completes
+  // without a load).
+  CUTE_DEVICE static void end_of_work(SharedStorage& smem, int tiles) {
+    publish_work(smem, tiles, -1, 0, 0);
+    if (tiles > 0) smem.bar_q_free.wait((tiles - 1) & 1);
+    smem.bar_q.arrive();
+  }
+
+  // Consumer: waits for the next tile's Q and returns that tile (m_block < 0: no more tiles).
+  // `tiles`: tiles this consumer has run before.
+  CUTE_DEVICE static WorkTile wait_work(SharedStorage& smem, int tiles) {
+    smem.bar_q.wait(tiles & 1);
+    WorkTile w;
+    int padding;
+    // Volatile, as is the barrier's wait: the read stays after it.
+    asm volatile("ld.volatile.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w.m_block), "=r"(w.head), "=r"(w.batch), "=r"(padding)
+                 : "r"(cute::cast_smem_ptr_to_uint(smem.work[tiles & 1])));
+    return w;
+  }
+
+  // Consumer: one tile's main loop, once wait_work returned the tile. Returns with o holding the
+  // unnormalised output and softmax the row statistics. thread: the index among all consumer
+  // threads.
   template <class FragO, class Softmax>
   CUTE_DEVICE static void mma(Params const& p, SharedStorage& smem, Pipelines& pipes,
                               ConsumerState& state, WorkTile const& work, TileInfo const& tile,
@@ -252,7 +282,6 @@ struct CollectiveMainloopFwd {
     };
     softmax.init();
     clear(o);
-    smem.bar_q.wait(state.tiles & 1);
     if (tile.n_block_max <= tile.n_block_min) {
       q_done();
       return;
@@ -366,6 +395,16 @@ struct CollectiveMainloopFwd {
 
   // When the epilogue staged O in Q's buffer: its stores have read it, Q may be reloaded.
   CUTE_DEVICE static void release_q(SharedStorage& smem) { smem.bar_q_free.arrive(); }
+
+ private:
+  // Volatile, as is the barrier's arrive that follows: the write stays before it.
+  CUTE_DEVICE static void publish_work(SharedStorage& smem, int tiles, int m_block, int head,
+                                       int batch) {
+    asm volatile("st.volatile.shared.v4.s32 [%0], {%1, %2, %3, %4};"
+                 :
+                 : "r"(cute::cast_smem_ptr_to_uint(smem.work[tiles & 1])), "r"(m_block), "r"(head),
+                   "r"(batch), "r"(0));
+  }
 };
 
 }  // namespace flashcute::sm90

@@ -1,11 +1,16 @@
 // The Hopper forward kernel: warpgroup 0 produces (TMA loads), warpgroups 1.. consume (wgmma and
 // softmax), each CTA walking the tiles the scheduler gives it (a persistent grid: launch and
-// set-up are paid once per CTA, and one tile's loads overlap the previous tile's tail). The kernel
+// set-up are paid once per CTA, and one tile's loads overlap the previous tile's tail). The
+// producer runs the scheduler and hands each tile to the consumers with its Q. The kernel
 // type owns what its collectives share: the shared storage, the register budgets, and the choice
 // of where O is staged.
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "kernels/common/params.hpp"
 #include "kernels/sm90/collective/epilogue_fwd.hpp"
@@ -61,13 +66,32 @@ struct ForwardKernel {
     typename Scheduler::Params scheduler;
   };
 
-  // Host, once per launch.
-  static Params to_params(AttentionParams const& a) {
+  // Host, once per launch. counters: the stream's zeroed pair of ints for the dynamic schedule,
+  // or null; l2_bytes: the device's L2, which sizes the dynamic schedule's sections; max_ctas:
+  // the grid's largest size.
+  static Params to_params(AttentionParams const& a, int* counters = nullptr, int l2_bytes = 0,
+                          int max_ctas = 0) {
+    typename Scheduler::Arguments s = scheduler_arguments(a);
+    s.counters = counters;
+    // Half of L2 for the section's K and V (each query head's share of its KV head's).
+    int64_t const kv_bytes_per_head =
+        std::max<int64_t>(1, 2 * int64_t(a.seqlen_k) * Traits::kHeadDim * int64_t(sizeof(Element)) *
+                                 a.heads_k / a.heads);
+    s.l2_section_heads = int(std::min<int64_t>(l2_bytes / 2 / kv_bytes_per_head, INT_MAX));
+    s.max_ctas = max_ctas;
+    return Params{Mainloop::to_params(Mainloop::to_arguments(a)),
+                  Epilogue::to_params(Epilogue::to_arguments(a)), Scheduler::to_params(s)};
+  }
+
+  // Whether this call would use the dynamic schedule's counters if given them.
+  static bool schedules_dynamically(AttentionParams const& a) {
+    return Scheduler::schedules_dynamically(scheduler_arguments(a));
+  }
+
+  static typename Scheduler::Arguments scheduler_arguments(AttentionParams const& a) {
     // Causal without a left window edge: a tile's cost grows with its row, so pair tiles.
     bool const pair_tiles = a.window_right == 0 && a.window_left < 0;
-    return Params{Mainloop::to_params(Mainloop::to_arguments(a)),
-                  Epilogue::to_params(Epilogue::to_arguments(a)),
-                  Scheduler::to_params({a.batch, a.heads, a.seqlen_q, pair_tiles, a.cu_seqlens_q})};
+    return {a.batch, a.heads, a.seqlen_q, pair_tiles, a.cu_seqlens_q, nullptr, 0, 0};
   }
 
   CUTE_DEVICE static void run(Params const& p, char* smem_raw) {
@@ -105,13 +129,15 @@ struct ForwardKernel {
                                   typename Mainloop::Pipelines& pipes) {
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
     int tiles = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
-    for (Scheduler sched(p.scheduler, int(blockIdx.x)); sched.valid(p.scheduler);
-         sched.advance(p.scheduler, int(gridDim.x))) {
+    Scheduler sched(p.scheduler, int(blockIdx.x));
+    for (; sched.valid(p.scheduler); sched.advance(p.scheduler, int(gridDim.x))) {
       WorkTile const w = sched.get(p.scheduler);
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
-      Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w.head, tiles);
+      Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w, tiles);
       ++tiles;
     }
+    Scheduler::retire(p.scheduler, int(gridDim.x));
+    Mainloop::end_of_work(smem.mainloop, tiles);
   }
 
   // thread: the index among the consumer threads.
@@ -128,9 +154,9 @@ struct ForwardKernel {
     } else {
       o_smem = smem.mainloop.q.data();
     }
-    for (Scheduler sched(p.scheduler, int(blockIdx.x)); sched.valid(p.scheduler);
-         sched.advance(p.scheduler, int(gridDim.x))) {
-      WorkTile const w = sched.get(p.scheduler);
+    for (;;) {
+      WorkTile const w = Mainloop::wait_work(smem.mainloop, state.tiles);
+      if (w.m_block < 0) break;
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
       // Hide that the thread index is the same every tile: otherwise the compiler hoists the
       // per-thread coordinates of masks and epilogue out of the tile loop and spills them.
