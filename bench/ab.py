@@ -6,7 +6,9 @@ causal and not, and the 36-row sweep over head_dim 64/128/256 and seqlen 512..16
 "ours" (family auto) and "ours_sm80" (family sm80 forced), the TFLOP/s of the OLD and the NEW
 library on the same input buffers, and new / old. With --kind bwd the rows are bench.py's bwd
 rows and the timed call is fc_backward (dq, dk and dv from one forward's output and LSE, run once
-by the old library; each build with its own workspace), rated by bench.flops.
+by the old library; each build with its own workspace), rated by bench.flops. With --kind varlen
+they are bench.py's varlen and varlen_short rows, one forward over the packed sequences (rated by
+their useful FLOPs, as bench.py rates them).
 
 How: both .so files are opened with ctypes.CDLL (RTLD_LOCAL, two handles, each with its own
 statically linked CUDA runtime) and called through their C ABI directly, each with an
@@ -27,7 +29,7 @@ every impl passes, 1 when one fails the criteria; a correctness failure raises b
 of that row.
 
 Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
-       [--kind plain|bwd] [--rows quick|plain] [--match REGEX] [--impls ours,ours_sm80]
+       [--kind plain|bwd|varlen] [--rows quick|plain] [--match REGEX] [--impls ours,ours_sm80]
        [--rounds 3] [--warmup 10] [--iters 30]
 --match keeps the rows whose label (as printed, e.g. "b4 s8192 h16 d128 bf16 full") it matches,
 so two libraries built with only some head dims can be compared on those.
@@ -126,12 +128,20 @@ class Library:
         a.family = fclib.FAMILIES[family]
         a.stream = torch.cuda.current_stream().cuda_stream or None
 
-    def args(self, r, family, q, k, v, o, lse=None):
-        """An fc_forward_args for dense (b, s, h, d) tensors, filled as flashcute.forward does."""
+    def args(self, r, family, q, k, v, o, lse=None, cu_seqlens=None):
+        """An fc_forward_args for dense (b, s, h, d) tensors, or packed (tokens, h, d) ones with
+        cu_seqlens (the same for queries and keys), filled as flashcute.forward does."""
         a = fclib.FcForwardArgs()
         self.lib.fc_forward_args_init(ctypes.byref(a))
         self._fill_problem(a, r, family)
-        a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), *t.stride()[:3]) for t in (q, k, v, o))
+        if cu_seqlens is None:
+            a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), *t.stride()[:3])
+                                  for t in (q, k, v, o))
+        else:
+            a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), 0, *t.stride()[:2])
+                                  for t in (q, k, v, o))
+            a.cu_seqlens_q = a.cu_seqlens_k = cu_seqlens.data_ptr()
+            a.total_q = q.shape[0]
         a.softmax_lse = lse.data_ptr() if lse is not None else None
         return a
 
@@ -189,7 +199,10 @@ def open_libraries(old_path, new_path, keep):
 # Rows
 
 def select_rows(kind, which, match=None):
-    rows = bench.bwd_rows() if kind == "bwd" else bench.plain_rows()
+    if kind == "varlen":
+        rows = [r for r in bench.feature_rows() if r["kind"] in bench.VARLEN_KINDS]
+    else:
+        rows = bench.bwd_rows() if kind == "bwd" else bench.plain_rows()
     if match is not None:
         rows = [r for r in rows if re.search(match, label(r))]
     if which == "plain":
@@ -208,18 +221,28 @@ def select_rows(kind, which, match=None):
 
 def label(r):
     heads = f"h{r['h']}" if r["h"] == r["hk"] else f"h{r['h']}/{r['hk']}"
-    return (f"b{r['b']} s{r['sq']} {heads} d{r['d']} {r['dtype']} "
+    kind = f"{r['kind']} " if r.get("kind") in bench.VARLEN_KINDS else ""
+    return (f"{kind}b{r['b']} s{r['sq']} {heads} d{r['d']} {r['dtype']} "
             f"{'causal' if r['causal'] else 'full'}")
 
 
 def make_inputs(r):
+    """q, k, v: (b, s, h, d), or for a varlen row the packed (tokens, h, d) of its sequences; and
+    the rows' cu_seqlens (int32) or None."""
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     dtype = DTYPES[r["dtype"]]
-    q = torch.randn((r["b"], r["sq"], r["h"], r["d"]), generator=gen, device="cuda", dtype=dtype)
-    k = torch.randn((r["b"], r["sk"], r["hk"], r["d"]), generator=gen, device="cuda", dtype=dtype)
-    v = torch.randn((r["b"], r["sk"], r["hk"], r["d"]), generator=gen, device="cuda", dtype=dtype)
-    return q, k, v
+    if r.get("kind") in bench.VARLEN_KINDS:
+        tokens = sum(r["seqlens"])
+        q_shape, kv_shape = (tokens, r["h"], r["d"]), (tokens, r["hk"], r["d"])
+        cu = torch.tensor([0] + r["seqlens"], dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    else:
+        q_shape, kv_shape = (r["b"], r["sq"], r["h"], r["d"]), (r["b"], r["sk"], r["hk"], r["d"])
+        cu = None
+    q = torch.randn(q_shape, generator=gen, device="cuda", dtype=dtype)
+    k = torch.randn(kv_shape, generator=gen, device="cuda", dtype=dtype)
+    v = torch.randn(kv_shape, generator=gen, device="cuda", dtype=dtype)
+    return q, k, v, cu
 
 
 def rel_l2(a, b):
@@ -272,10 +295,11 @@ def time_pair(r, calls, args):
     return rates
 
 
-def forward_calls(r, libs, family, q, k, v):
+def forward_calls(r, libs, family, q, k, v, cu_seqlens):
     """Each build's fc_forward into its own output: (outs, args, calls), outs as lists."""
     outs = {name: [torch.empty_like(q)] for name in libs}
-    fc_args = {name: lib.args(r, family, q, k, v, outs[name][0]) for name, lib in libs.items()}
+    fc_args = {name: lib.args(r, family, q, k, v, outs[name][0], cu_seqlens=cu_seqlens)
+               for name, lib in libs.items()}
     return outs, fc_args, {name: lib.caller(fc_args[name]) for name, lib in libs.items()}
 
 
@@ -302,7 +326,7 @@ def backward_calls(r, libs, family, q, k, v, dout):
 
 
 def run_row(r, libs, args, log):
-    q, k, v = make_inputs(r)
+    q, k, v, cu_seqlens = make_inputs(r)
     dout = torch.randn_like(q) if args.kind == "bwd" else None
     entries = []
     for impl, family in args.impls:
@@ -313,7 +337,7 @@ def run_row(r, libs, args, log):
                 continue
             outs, fc_args, calls = made
         else:
-            outs, fc_args, calls = forward_calls(r, libs, family, q, k, v)
+            outs, fc_args, calls = forward_calls(r, libs, family, q, k, v, cu_seqlens)
         verdict = check(r, impl, calls, outs)
         if verdict is None:
             log(f"  {impl}: left out (neither build has a kernel for it)")
@@ -326,11 +350,11 @@ def run_row(r, libs, args, log):
             + " ".join(f"{x:.0f}" for x in rates["old"]) + ", new "
             + " ".join(f"{x:.0f}" for x in rates["new"]) + ")")
         entry = {key: r[key] for key in ("b", "sq", "sk", "h", "hk", "d", "causal", "dtype")}
-        entry.update(kind=args.kind, impl=impl, old=round(old, 2), new=round(new, 2),
+        entry.update(kind=r.get("kind", args.kind), impl=impl, old=round(old, 2), new=round(new, 2),
                      bitwise_equal=bitwise, rel_l2=err)
         entries.append(entry)
         del outs, fc_args, calls
-    del q, k, v, dout
+    del q, k, v, cu_seqlens, dout
     torch.cuda.empty_cache()
     return entries
 
@@ -388,8 +412,9 @@ def main():
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--old-commit", default=os.environ.get("FLASHCUTE_OLD_COMMIT", "unknown"))
     parser.add_argument("--commit", default=os.environ.get("FLASHCUTE_COMMIT") or None)
-    parser.add_argument("--kind", choices=("plain", "bwd"), default="plain",
-                        help="the forward's plain rows or the backward's bwd rows")
+    parser.add_argument("--kind", choices=("plain", "bwd", "varlen"), default="plain",
+                        help="the forward's plain rows, the backward's bwd rows, or the forward's "
+                             "varlen and varlen_short rows")
     parser.add_argument("--rows", choices=("quick", "plain"), default="plain",
                         help="quick: a few rows (bwd: d 128 with s >= 2k); plain: every row")
     parser.add_argument("--match", help="regular expression over the row labels")

@@ -324,23 +324,56 @@ def test_cuda_graph_capture_and_replay():
         assert_close(out, ref, v, torch.float16, what=f"replay {step}")
 
 
-@pytest.mark.parametrize("shape", [(2, 2048, 16, 128), (1, 3000, 12, 64), (4, 1000, 16, 64)],
-                         ids=["d128", "d64", "d64_short"])
-def test_causal_schedule_on_streams_and_in_graphs(shape):
-    """Causal calls on a Hopper GPU take their tiles from a per-stream counter that each kernel
-    leaves zeroed; a captured call uses the static schedule instead. Every tile's arithmetic is
-    the same either way, so repeated calls, calls on several streams at once and a graph's replay
-    all give the same bits, which match the reference."""
-    b, s, h, d = shape
-    g = generator("schedule", shape)
-    q, k, v = (randn(shape, g, torch.bfloat16) for _ in range(3))
-    poison((shape, torch.bfloat16))
-    first = flashcute.flash_attn_func(q, k, v, causal=True)
-    ref, _ = attention(q, k, v, scale=default_scale(d), causal=True)
-    assert_close(first, ref, v, torch.bfloat16)
+SCHEDULE_CASES = {
+    "d128": ((2, 2048, 16, 128), True),
+    "d64": ((1, 3000, 12, 64), True),
+    "d64_short": ((4, 1000, 16, 64), True),
+    # Packed sequences of 0 to 2000 tokens, causal and not.
+    "packed": ([0, 700, 1, 2000, 129, 1000, 64, 1500, 300, 1024], False),
+    "packed_causal": ([0, 700, 1, 2000, 129, 1000, 64, 1500, 300, 1024], True),
+}
+
+
+@pytest.mark.parametrize("case", SCHEDULE_CASES)
+def test_schedule_on_streams_and_in_graphs(case):
+    """Causal and packed calls on a Hopper GPU take their tiles from a per-stream counter that
+    each kernel leaves zeroed; a captured call uses the static schedule instead. Every tile's
+    arithmetic is the same either way, so repeated calls, calls on several streams at once and a
+    graph's replay all give the same bits, which match the reference."""
+    shape, causal = SCHEDULE_CASES[case]
+    g = generator("schedule", case)
+    if case.startswith("packed"):
+        h, d = 16, 128
+        q, k, v = (randn((sum(shape), h, d), g, torch.bfloat16) for _ in range(3))
+        cu = torch.tensor([0] + list(_cumsum(shape)), dtype=torch.int32, device=DEVICE)
+
+        def call():
+            return flashcute.flash_attn_varlen_func(q, k, v, cu, cu, max(shape), max(shape),
+                                                    causal=causal)
+
+        def check(out):
+            for i in range(len(shape)):
+                s, e = cu[i].item(), cu[i + 1].item()
+                ref, _ = attention(q[None, s:e], k[None, s:e], v[None, s:e],
+                                   scale=default_scale(d), causal=causal)
+                assert_close(out[None, s:e], ref, v[s:e], torch.bfloat16, what=f"sequence {i}")
+    else:
+        d = shape[3]
+        q, k, v = (randn(shape, g, torch.bfloat16) for _ in range(3))
+
+        def call():
+            return flashcute.flash_attn_func(q, k, v, causal=causal)
+
+        def check(out):
+            ref, _ = attention(q, k, v, scale=default_scale(d), causal=causal)
+            assert_close(out, ref, v, torch.bfloat16)
+
+    poison((q.shape, torch.bfloat16))
+    first = call()
+    check(first)
     for _ in range(3):  # a counter left non-zero would hand out the wrong tiles
-        poison((shape, torch.bfloat16))
-        assert torch.equal(flashcute.flash_attn_func(q, k, v, causal=True), first)
+        poison((q.shape, torch.bfloat16))
+        assert torch.equal(call(), first)
 
     streams = [torch.cuda.Stream() for _ in range(4)]
     outs = []
@@ -349,7 +382,7 @@ def test_causal_schedule_on_streams_and_in_graphs(shape):
     for _ in range(3):  # the streams' kernels overlap, each with its own counter
         for stream in streams:
             with torch.cuda.stream(stream):
-                outs.append(flashcute.flash_attn_func(q, k, v, causal=True))
+                outs.append(call())
     for stream in streams:
         torch.cuda.current_stream().wait_stream(stream)
     for out in outs:
@@ -358,12 +391,12 @@ def test_causal_schedule_on_streams_and_in_graphs(shape):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        flashcute.flash_attn_func(q, k, v, causal=True)
+        call()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    poison((shape, torch.bfloat16))
+    poison((q.shape, torch.bfloat16))
     with torch.cuda.graph(graph):
-        captured = flashcute.flash_attn_func(q, k, v, causal=True)
+        captured = call()
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, first)

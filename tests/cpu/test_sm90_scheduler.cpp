@@ -1,7 +1,8 @@
-// The Hopper family's persistent-grid scheduler, run on the host: over every CTA of a grid, each
-// tile of each (sequence, head) is handed out exactly once, causal tiles come in balanced pairs,
-// and a packed batch gets no tile past a sequence's end; the dynamic schedule hands out the
-// costliest tiles of each L2 section first and leaves its counters zeroed.
+// The Hopper family's persistent-grid scheduler, run on the host: over every
+// CTA of a grid, each tile of each (sequence, head) is handed out exactly once,
+// causal tiles come in balanced pairs, and a packed batch gets no tile past a
+// sequence's end; the dynamic schedule hands out the costliest tiles of each L2
+// section first and leaves its counters zeroed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +29,8 @@ struct Visit {
   int cta, order;  // which CTA, and its position in that CTA's list
 };
 
-// Runs every CTA's scheduler to the end; the visits of each (batch, head, m_block).
+// Runs every CTA's scheduler to the end; the visits of each (batch, head,
+// m_block).
 std::map<std::tuple<int, int, int>, std::vector<Visit>> run_grid(const Params& p, int grid) {
   std::map<std::tuple<int, int, int>, std::vector<Visit>> visits;
   for (int cta = 0; cta < grid; ++cta) {
@@ -43,10 +45,10 @@ std::map<std::tuple<int, int, int>, std::vector<Visit>> run_grid(const Params& p
 
 int m_blocks(int seqlen) { return (seqlen + kBlockM - 1) / kBlockM; }
 
-// Each expected tile exactly once, nothing else; a causal pair (m, last - m) runs back to back
-// on one CTA.
-void expect_each_tile_once(const Params& p, const std::vector<int>& seqlens, int grid) {
-  auto visits = run_grid(p, grid);
+// Each expected tile exactly once, nothing else; a causal pair (m, last - m)
+// runs back to back on one CTA.
+void expect_each_tile_once(const Params& p, const std::vector<int>& seqlens,
+                           const std::map<std::tuple<int, int, int>, std::vector<Visit>>& visits) {
   size_t expected = 0;
   for (int b = 0; b < int(seqlens.size()); ++b) {
     int const nm = m_blocks(seqlens[b]);
@@ -78,7 +80,8 @@ TEST(Sm90Scheduler, DenseEveryTileOnce) {
         Params const p = make_params(3, 2, seqlen, causal, nullptr);
         SCOPED_TRACE(testing::Message()
                      << "causal " << causal << " seqlen " << seqlen << " grid " << grid);
-        expect_each_tile_once(p, std::vector<int>(p.batch, seqlen), std::min(grid, p.num_units));
+        expect_each_tile_once(p, std::vector<int>(p.batch, seqlen),
+                              run_grid(p, std::min(grid, p.num_units)));
       }
 }
 
@@ -101,12 +104,13 @@ TEST(Sm90Scheduler, PackedEveryTileOnceNoEmptyTiles) {
     int const grid = 1 + int(rng() % 140);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
                                     << causal << " grid " << grid);
-    expect_each_tile_once(p, seqlens, grid);
+    expect_each_tile_once(p, seqlens, run_grid(p, grid));
   }
 }
 
-// The static round-robin is balanced only if the units that CTAs take side by side cost about
-// the same: on a packed batch of mixed lengths no CTA does much more than its share.
+// The static round-robin is balanced only if the units that CTAs take side by
+// side cost about the same: on a packed batch of mixed lengths no CTA does much
+// more than its share.
 TEST(Sm90Scheduler, PackedLoadIsBalanced) {
   std::vector<int> seqlens = {8192, 512, 3000, 6100, 128, 4096, 7777, 1024, 2500, 5000, 300, 8000};
   std::vector<int32_t> cu(seqlens.size() + 1, 0);
@@ -114,7 +118,8 @@ TEST(Sm90Scheduler, PackedLoadIsBalanced) {
   for (bool causal : {false, true}) {
     Params const p = make_params(16, int(seqlens.size()), 8192, causal, cu.data());
     int const grid = 132;
-    // Cost of a tile: the key blocks (of 128) it visits, plus one for its set-up and epilogue.
+    // Cost of a tile: the key blocks (of 128) it visits, plus one for its
+    // set-up and epilogue.
     std::vector<double> load(grid, 0.0);
     double total = 0;
     for (int cta = 0; cta < grid; ++cta) {
@@ -132,21 +137,20 @@ TEST(Sm90Scheduler, PackedLoadIsBalanced) {
   }
 }
 
-// The dynamic schedule, with the CTAs taking units as they would on the device: the CTA whose
-// work so far is least (cost of a tile: the key blocks it visits, plus one for its start and
-// end) takes the next unit from the counter.
+// The dynamic schedule, with the CTAs taking units as they would on the device:
+// the CTA whose work so far is least (cost of a tile: the key blocks of 128 it
+// visits, plus one for its start and end) takes the next unit from the counter.
+// seqlens: each sequence's length; causal: whether a tile sees the keys up to
+// its last row only.
 struct DynamicRun {
-  std::map<std::tuple<int, int, int>, int> visits;  // (batch, head, m_block) -> times handed out
-  double efficiency;                                // mean CTA load / largest CTA load
-  int counters[2];                                  // as the last CTA left them
+  std::map<std::tuple<int, int, int>, std::vector<Visit>> visits;
+  double efficiency;  // mean CTA load / largest CTA load
 };
 
-DynamicRun run_dynamic(int heads, int batch, int seqlen, int l2_section_heads, int grid) {
+DynamicRun run_dynamic(const Params& p, const std::vector<int>& seqlens, bool causal, int grid) {
   DynamicRun run{};
-  Params const p = Scheduler::to_params(
-      {batch, heads, seqlen, true, nullptr, run.counters, l2_section_heads, grid});
-  grid = std::min(grid, p.num_units);
   std::vector<Scheduler> ctas;
+  std::vector<int> taken(grid, 0);
   using Clock = std::pair<double, int>;  // (work so far, CTA)
   std::priority_queue<Clock, std::vector<Clock>, std::greater<Clock>> ready;
   for (int cta = 0; cta < grid; ++cta) {
@@ -164,14 +168,23 @@ DynamicRun run_dynamic(int heads, int batch, int seqlen, int l2_section_heads, i
       continue;
     }
     WorkTile const w = s.get(p);
-    ++run.visits[{w.batch, w.head, w.m_block}];
-    double const cost = w.m_block + 2;
+    run.visits[{w.batch, w.head, w.m_block}].push_back(Visit{cta, taken[cta]++});
+    int const len = seqlens[w.batch];
+    int const visible = causal ? std::min((w.m_block + 1) * kBlockM, len) : len;
+    double const cost = (visible + 127) / 128 + 1;
     total += cost;
     s.advance(p, grid);
     ready.push({load + cost, cta});
   }
   run.efficiency = total / grid / largest;
   return run;
+}
+
+DynamicRun run_dense_causal(int heads, int batch, int seqlen, int l2_section_heads, int grid,
+                            int (&counters)[2]) {
+  Params const p =
+      Scheduler::to_params({batch, heads, seqlen, true, nullptr, counters, l2_section_heads, grid});
+  return run_dynamic(p, std::vector<int>(batch, seqlen), true, std::min(grid, p.num_units));
 }
 
 TEST(Sm90Scheduler, DynamicEveryTileOnceCountersLeftZero) {
@@ -181,22 +194,50 @@ TEST(Sm90Scheduler, DynamicEveryTileOnceCountersLeftZero) {
         int const heads = 3, batch = 2;
         SCOPED_TRACE(testing::Message()
                      << "seqlen " << seqlen << " section " << l2_section_heads << " grid " << grid);
-        DynamicRun const run = run_dynamic(heads, batch, seqlen, l2_section_heads, grid);
-        EXPECT_EQ(run.counters[0], 0);
-        EXPECT_EQ(run.counters[1], 0);
-        EXPECT_EQ(int(run.visits.size()), heads * batch * m_blocks(seqlen));
-        for (auto const& [tile, times] : run.visits) {
-          auto const [b, h, m] = tile;
-          EXPECT_EQ(times, 1) << "b " << b << " h " << h << " m " << m;
-          EXPECT_TRUE(b < batch && h < heads && m < m_blocks(seqlen))
-              << "b " << b << " h " << h << " m " << m;
-        }
+        int counters[2] = {0, 0};
+        Params const p = Scheduler::to_params(
+            {batch, heads, seqlen, true, nullptr, counters, l2_section_heads, grid});
+        std::vector<int> const seqlens(batch, seqlen);
+        expect_each_tile_once(p, seqlens,
+                              run_dynamic(p, seqlens, true, std::min(grid, p.num_units)).visits);
+        EXPECT_EQ(counters[0], 0);
+        EXPECT_EQ(counters[1], 0);
       }
 }
 
-// Units in index order: section by section (the pairs left over first), each section's (batch,
-// head) pairs together, row blocks from the last (costliest) down within a section; a section
-// as wide as L2 allows but with at least four units per CTA.
+TEST(Sm90Scheduler, PackedDynamicEveryTileOnceCountersLeftZero) {
+  std::mt19937 rng(20261204);
+  for (int trial = 0; trial < 40; ++trial) {
+    int const batch = 1 + int(rng() % 24);
+    std::vector<int> seqlens(batch);
+    std::vector<int32_t> cu(batch + 1, 0);
+    for (int b = 0; b < batch; ++b) {
+      int const pick = int(rng() % 4);
+      seqlens[b] = pick == 0 ? 0 : pick == 1 ? 128 * int(1 + rng() % 8) : int(rng() % 3000);
+      cu[b + 1] = cu[b] + seqlens[b];
+    }
+    int const heads = 1 + int(rng() % 5);
+    bool const causal = rng() % 2;
+    int counters[2] = {0, 0};
+    int const grid = 1 + int(rng() % 140);
+    Params const p =
+        Scheduler::to_params({batch, heads, *std::max_element(seqlens.begin(), seqlens.end()),
+                              causal, cu.data(), counters, 0, grid});
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
+                                    << causal << " grid " << grid);
+    // The grid is sized by an upper bound of the units: some CTAs may find
+    // none.
+    expect_each_tile_once(p, seqlens,
+                          run_dynamic(p, seqlens, causal, std::min(grid, p.num_units)).visits);
+    EXPECT_EQ(counters[0], 0);
+    EXPECT_EQ(counters[1], 0);
+  }
+}
+
+// Units in index order: section by section (the pairs left over first), each
+// section's (batch, head) pairs together, row blocks from the last (costliest)
+// down within a section; a section as wide as L2 allows but with at least four
+// units per CTA.
 TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
   int counters[2] = {0, 0};
   int const heads = 5, batch = 3, seqlen = 1000, l2_section_heads = 2, grid = 7;
@@ -223,16 +264,42 @@ TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
   }
 }
 
-// Where the static pairs leave the last round of units part full, the dynamic schedule balances
-// the causal rows of the benchmark (132 SMs; static pairs: 0.95-0.97).
+// Where the static schedule leaves the CTAs' loads apart, the dynamic one evens
+// them out: the causal rows of the benchmark, whose static pairs leave the last
+// round part full (0.95-0.97 of balance), and its packed rows, whose units
+// differ in cost (static 0.88-0.96). 132 SMs.
 TEST(Sm90Scheduler, DynamicLoadIsBalanced) {
   struct Shape {
-    int batch, seqlen, heads, l2_section_heads;  // half of the H200's L2 over K and V at d 128
+    int batch, seqlen, heads,
+        l2_section_heads;  // half of the H200's L2 over K and V at d 128
   };
   for (Shape const s : {Shape{8, 2048, 16, 30}, Shape{2, 8192, 16, 7}, Shape{1, 16384, 16, 3},
                         Shape{4, 8192, 16, 7}}) {
     SCOPED_TRACE(testing::Message() << "b " << s.batch << " s " << s.seqlen << " h " << s.heads);
-    EXPECT_GT(run_dynamic(s.heads, s.batch, s.seqlen, s.l2_section_heads, 132).efficiency, 0.98);
+    int counters[2] = {0, 0};
+    EXPECT_GT(
+        run_dense_causal(s.heads, s.batch, s.seqlen, s.l2_section_heads, 132, counters).efficiency,
+        0.98);
+  }
+  // bench.py's varlen row and the draw of its varlen_short row (seeded, 64 of
+  // 64-1024 tokens).
+  std::vector<std::vector<int>> const batches = {
+      {8192, 512, 3000, 6100, 128, 4096, 7777, 1024, 2500, 5000, 300, 8000},
+      {700,  700,  200, 100,  333, 200, 700,  200,  333, 512, 1024, 333, 100,  700,  512,  100,
+       1024, 1024, 700, 1024, 200, 700, 1024, 512,  333, 64,  333,  512, 1024, 1024, 333,  1024,
+       100,  700,  333, 64,   700, 200, 700,  512,  64,  333, 1024, 100, 200,  1024, 100,  333,
+       100,  1024, 700, 333,  64,  200, 333,  1024, 64,  333, 512,  333, 700,  333,  1024, 512}};
+  for (auto const& seqlens : batches) {
+    std::vector<int32_t> cu(seqlens.size() + 1, 0);
+    for (size_t b = 0; b < seqlens.size(); ++b) cu[b + 1] = cu[b] + seqlens[b];
+    int const longest = *std::max_element(seqlens.begin(), seqlens.end());
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(testing::Message() << seqlens.size() << " sequences, causal " << causal);
+      int counters[2] = {0, 0};
+      Params const p = Scheduler::to_params(
+          {int(seqlens.size()), 16, longest, causal, cu.data(), counters, 0, 132});
+      EXPECT_GT(run_dynamic(p, seqlens, causal, 132).efficiency, 0.96);
+    }
   }
 }
 

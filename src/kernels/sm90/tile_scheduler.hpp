@@ -17,17 +17,21 @@
 // sequence by walking a cursor forward over the sequences, reading their lengths from
 // cu_seqlens_q (L1-resident) as it goes.
 //
-// Dynamic (dense causal calls given a counter): every tile is a unit, costliest first within
-// sections of (batch, head) pairs. Each CTA takes its first unit by its index and every later one
-// from a global counter, so the CTA that frees first takes the costliest tile left: no rounding of
-// units over CTAs. A section is as wide as the pairs whose K and V fit in half of L2 (so that its
-// tiles find them there), but at least enough pairs for four units per CTA: the last section's
-// costliest tiles start late, and only then do the CTAs still have enough cheaper tiles left to
-// even out (a host model of the benchmark's causal rows: 0.99 balanced, against 0.92-0.96 with
-// L2-sized sections alone). The section of the pairs left over goes first. The last CTA to run out
-// of units sets the counter back to zero, so the next call on the stream finds it zeroed without a
-// memset (one counter per stream: kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU
-// test can check that every tile is handed out exactly once.
+// Dynamic (calls given a counter): each CTA takes its first unit by its index and every later one
+// from a global counter, so the CTA that frees first takes the next unit. Packed batches keep
+// their units and order: the units' costs differ with their sequences' lengths, and the static
+// round-robin left the CTAs' sums apart by chance (a host model of the benchmark's packed rows:
+// 0.88-0.96 balanced, 0.98-0.99 dynamic). Dense causal calls take every tile as a unit, costliest
+// first within sections of (batch, head) pairs, so that the CTA that frees first takes the
+// costliest tile left: no rounding of units over CTAs. A section is as wide as the pairs whose K
+// and V fit in half of L2 (so that its tiles find them there), but at least enough pairs for four
+// units per CTA: the last section's costliest tiles start late, and only then do the CTAs still
+// have enough cheaper tiles left to even out (a host model of the benchmark's causal rows: 0.99
+// balanced, against 0.92-0.96 with L2-sized sections alone). The section of the pairs left over
+// goes first. The last CTA to run out of units sets the counter back to zero, so the next call on
+// the stream finds it zeroed without a memset (one counter per stream:
+// kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU test can check that every tile
+// is handed out exactly once.
 #pragma once
 
 #include <cutlass/fast_math.h>
@@ -51,7 +55,7 @@ struct TileScheduler {
     bool pair_tiles;
     const int32_t* cu_seqlens_q;  // packed: token offsets of each sequence; null when dense
     // Dynamic schedule: two ints, zero on entry (units taken beyond the grid's first, CTAs out of
-    // units), left zero on exit; null: static. Only dense calls with paired tiles use it.
+    // units), left zero on exit; null: static. Packed calls and dense causal ones use it.
     int* counters;
     int l2_section_heads;  // dynamic: (batch, head) pairs whose K and V fit in half of L2
     int max_ctas;          // dynamic: the most CTAs the grid may have
@@ -63,7 +67,8 @@ struct TileScheduler {
     int num_units;     // the grid's work; for a packed batch an upper bound
     bool pair_tiles;
     const int32_t* cu_seqlens_q;
-    int* counters;  // null: static schedule
+    int* counters;         // null: static schedule
+    bool costliest_first;  // dynamic and dense: every tile a unit, in sections (below)
     // Dense schedule: divide by heads, and by the paired units of one (batch, head). FastDivmod:
     // a multiply-high and a shift instead of the ~25 instructions of an integer division.
     cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
@@ -81,7 +86,7 @@ struct TileScheduler {
 
   // Whether a call with these arguments uses the counters when given them.
   CUTE_HOST_DEVICE static bool schedules_dynamically(Arguments const& a) {
-    return a.pair_tiles && a.cu_seqlens_q == nullptr;
+    return a.pair_tiles || a.cu_seqlens_q != nullptr;
   }
 
   // Host, once per launch.
@@ -90,14 +95,15 @@ struct TileScheduler {
     p.heads = a.heads;
     p.batch = a.batch;
     p.num_m_blocks = (a.seqlen_q + kBlockM - 1) / kBlockM;
-    p.pair_tiles = a.pair_tiles;
     p.cu_seqlens_q = a.cu_seqlens_q;
     p.counters = schedules_dynamically(a) ? a.counters : nullptr;
+    p.costliest_first = p.counters != nullptr && a.cu_seqlens_q == nullptr;
+    p.pair_tiles = a.pair_tiles && !p.costliest_first;
     p.num_units = num_units(p);
     p.heads_divmod = cutlass::FastDivmod(p.heads);
     // No paired unit when causal with one tile per sequence; the divisor is then never used.
     p.paired_per_bh_divmod = cutlass::FastDivmod(std::max(paired_units_per_bh(p), 1));
-    if (p.counters != nullptr) {
+    if (p.costliest_first) {
       int const bh = p.heads * p.batch;
       int const ctas = std::max(std::min(a.max_ctas, p.num_units), 1);
       int const balanced = (4 * ctas + p.num_m_blocks - 1) / p.num_m_blocks;
@@ -115,7 +121,7 @@ struct TileScheduler {
   // The grid's size; for a packed batch an upper bound (the host cannot read cu_seqlens).
   CUTE_HOST_DEVICE static int num_units(Params const& p) {
     int bh = p.heads * p.batch;
-    if (!p.pair_tiles || p.counters != nullptr) return bh * p.num_m_blocks;
+    if (!p.pair_tiles) return bh * p.num_m_blocks;
     return bh * ((p.num_m_blocks + 1) / 2);
   }
 
@@ -134,7 +140,7 @@ struct TileScheduler {
       return WorkTile{m_block(p, at.index, at.m_blocks), at.head, seq};
     }
     int bh, m;
-    if (p.counters != nullptr) {
+    if (p.costliest_first) {
       // Within a section, the row blocks from the last (costliest) down, every pair of the
       // section at each row block.
       int rank;
@@ -167,16 +173,12 @@ struct TileScheduler {
   // Dynamic: the next unit comes from the counter. The atomic's round trip is paid between two
   // tiles' loads, while the consumers still work on the K/V stages already loaded.
   CUTE_HOST_DEVICE void advance(Params const& p, int grid_size) {
-    if (p.counters != nullptr) {
-      unit = grid_size + fetch_add(p.counters[0]);
-      return;
-    }
     if (p.pair_tiles && !second && pairs_with_next(p)) {
       second = 1;
       return;
     }
     second = 0;
-    unit += grid_size;
+    unit = p.counters != nullptr ? grid_size + fetch_add(p.counters[0]) : unit + grid_size;
     if (p.cu_seqlens_q != nullptr) seek(p);
   }
 
