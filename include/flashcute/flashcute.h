@@ -85,9 +85,10 @@ void fc_forward_args_init(fc_forward_args* args);
 
 /* Runs the attention forward pass O = softmax(scale * Q K^T + bias, masked) V.
  * The SM90 family's causal and variable-length calls hand out their tiles from a counter in
- * device memory, one per stream (32 KB per device, allocated by the first such call and kept for
- * the process); each call leaves its counter as it found it, so calls on any streams and from any
- * threads may overlap. A call captured into a CUDA graph uses a static schedule and no counter. */
+ * device memory, one per stream (32 KB per CUDA context, allocated by the first such call and
+ * kept for the context's life); each call leaves its counter as it found it, so calls on any
+ * streams and from any threads may overlap. A call captured into a CUDA graph uses a static
+ * schedule and no counter. */
 fc_status fc_forward(const fc_forward_args* args);
 
 /* Backward: from q, k, v, the forward's output o and log-sum-exp, and the output gradient dout,

@@ -64,8 +64,7 @@ cudaError_t launch_kernel(const AttentionParams& a, cudaStream_t stream) {
   });
   if (err != cudaSuccess) return err;
   if ((err = multiprocessor_count(device, sms)) != cudaSuccess) return err;
-  int* const counters =
-      Kernel::schedules_dynamically(a) ? stream_tile_counters(device, stream) : nullptr;
+  int* const counters = Kernel::schedules_dynamically(a) ? stream_tile_counters(stream) : nullptr;
   int l2_bytes = 0;
   if (counters != nullptr && (err = l2_cache_bytes(device, l2_bytes)) != cudaSuccess) return err;
   int const max_ctas = sms * Kernel::kCtasPerSm;

@@ -1,5 +1,7 @@
 #include "kernels/sm90/tile_counters.hpp"
 
+#include <cuda.h>
+
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -7,37 +9,73 @@
 namespace flashcute::sm90 {
 namespace {
 
-// Pairs per device, allocated together the first time a device needs one; a process with more
+// Pairs per context, allocated together the first time a context needs one; a process with more
 // streams than this runs the static schedule on the rest.
-constexpr int kPairsPerDevice = 4096;
+constexpr int kPairsPerContext = 4096;
 
 struct StreamCounters {
-  int device;
-  unsigned long long stream_id;
+  unsigned long long context_id, stream_id;
   int* counters;
 };
 
-struct DeviceSlab {
-  int device;
+struct ContextSlab {
+  unsigned long long context_id;
   int* pairs;
   int used;
 };
 
 std::mutex registry_mutex;
 std::vector<StreamCounters> registry;  // guarded by registry_mutex
-std::vector<DeviceSlab> slabs;         // guarded by registry_mutex
+std::vector<ContextSlab> slabs;        // guarded by registry_mutex
 
-// A zeroed slab for `device`, or null. Runs once per device, under registry_mutex. The stream's
-// capture mode is relaxed meanwhile, so that the allocation cannot disturb another thread's
-// capture.
+// The current context's unique id, or 0. Counters are kept per context, not per device: after
+// cudaDeviceReset the device's new primary context has a new id, where the device number would
+// hand out memory freed with the old one.
+unsigned long long current_context_id() {
+  using GetCurrent = CUresult (*)(CUcontext*);
+  using GetId = CUresult (*)(CUcontext, unsigned long long*);
+  struct EntryPoints {
+    GetCurrent get_current = nullptr;
+    GetId get_id = nullptr;
+  };
+  // The driver's functions through the runtime (the library links no libcuda), resolved once.
+  static EntryPoints const driver = [] {
+    EntryPoints e;
+    void* current = nullptr;
+    void* id = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &current, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess &&
+        cudaGetDriverEntryPointByVersion("cuCtxGetId", &id, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      e.get_current = reinterpret_cast<GetCurrent>(current);
+      e.get_id = reinterpret_cast<GetId>(id);
+    } else {
+      cudaGetLastError();  // the kernels then run their static schedule
+    }
+    return e;
+  }();
+  CUcontext context = nullptr;
+  unsigned long long id = 0;
+  if (driver.get_current == nullptr || driver.get_current(&context) != CUDA_SUCCESS ||
+      context == nullptr || driver.get_id(context, &id) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return id;
+}
+
+// A zeroed slab in the current context, or null. Runs once per context, under registry_mutex.
+// The thread's capture mode is relaxed meanwhile, so that the allocation cannot disturb another
+// thread's capture.
 int* allocate_slab(cudaStream_t stream) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return nullptr;
-  size_t const bytes = size_t(kPairsPerDevice) * 2 * sizeof(int);
+  size_t const bytes = size_t(kPairsPerContext) * 2 * sizeof(int);
   void* pairs = nullptr;
   bool ok = cudaMalloc(&pairs, bytes) == cudaSuccess;
-  // Zeroed before any stream of the device can see it: other streams are not ordered after this
-  // one, so wait here.
+  // Zeroed before any stream can see it: other streams are not ordered after this one, so wait.
   ok = ok && cudaMemsetAsync(pairs, 0, bytes, stream) == cudaSuccess &&
        cudaStreamSynchronize(stream) == cudaSuccess;
   if (!ok) {
@@ -48,30 +86,30 @@ int* allocate_slab(cudaStream_t stream) {
   return ok ? static_cast<int*>(pairs) : nullptr;
 }
 
-int* find_or_add(int device, unsigned long long stream_id, cudaStream_t stream) {
+int* find_or_add(unsigned long long context_id, unsigned long long stream_id, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (StreamCounters const& entry : registry) {
-    if (entry.device == device && entry.stream_id == stream_id) return entry.counters;
+    if (entry.context_id == context_id && entry.stream_id == stream_id) return entry.counters;
   }
-  DeviceSlab* slab = nullptr;
-  for (DeviceSlab& s : slabs) {
-    if (s.device == device) slab = &s;
+  ContextSlab* slab = nullptr;
+  for (ContextSlab& s : slabs) {
+    if (s.context_id == context_id) slab = &s;
   }
   if (slab == nullptr) {
     int* pairs = allocate_slab(stream);
     if (pairs == nullptr) return nullptr;
-    slabs.push_back(DeviceSlab{device, pairs, 0});
+    slabs.push_back(ContextSlab{context_id, pairs, 0});
     slab = &slabs.back();
   }
-  if (slab->used == kPairsPerDevice) return nullptr;
+  if (slab->used == kPairsPerContext) return nullptr;
   int* counters = slab->pairs + 2 * slab->used++;
-  registry.push_back(StreamCounters{device, stream_id, counters});
+  registry.push_back(StreamCounters{context_id, stream_id, counters});
   return counters;
 }
 
 }  // namespace
 
-int* stream_tile_counters(int device, cudaStream_t stream) {
+int* stream_tile_counters(cudaStream_t stream) {
   // Nothing but this query while the stream is captured: in the global capture mode another
   // call (even the stream's id) invalidates the capture.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -85,13 +123,15 @@ int* stream_tile_counters(int device, cudaStream_t stream) {
     cudaGetLastError();
     return nullptr;
   }
+  unsigned long long const context_id = current_context_id();
+  if (context_id == 0) return nullptr;
   // The last stream this thread used: a repeated call skips the lock.
-  thread_local StreamCounters last{-1, 0, nullptr};
-  if (last.device == device && last.stream_id == stream_id && last.counters != nullptr) {
+  thread_local StreamCounters last{0, 0, nullptr};
+  if (last.context_id == context_id && last.stream_id == stream_id && last.counters != nullptr) {
     return last.counters;
   }
-  int* counters = find_or_add(device, stream_id, stream);
-  if (counters != nullptr) last = StreamCounters{device, stream_id, counters};
+  int* counters = find_or_add(context_id, stream_id, stream);
+  if (counters != nullptr) last = StreamCounters{context_id, stream_id, counters};
   return counters;
 }
 
