@@ -79,7 +79,7 @@ struct TileScheduler {
   };
 
   int unit;    // index of the current unit
-  int second;  // static, paired: 0: the unit's first (heavier) tile, 1: its second
+  int second;  // paired units: 0: the unit's first (heavier) tile, 1: its second
   // Packed batches only: the sequence that holds `unit` (batch = number of sequences when the
   // list is exhausted) and the index of that sequence's first unit.
   int seq, seq_unit0;
