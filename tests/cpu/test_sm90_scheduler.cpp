@@ -85,22 +85,35 @@ TEST(Sm90Scheduler, DenseEveryTileOnce) {
       }
 }
 
+// A packed batch of 1-24 sequences: zero-length sequences and lengths at and around tile edges
+// included.
+struct PackedBatch {
+  std::vector<int> seqlens;
+  std::vector<int32_t> cu;  // token offsets, seqlens.size() + 1 of them
+  int batch() const { return int(seqlens.size()); }
+  int longest() const { return *std::max_element(seqlens.begin(), seqlens.end()); }
+};
+
+PackedBatch random_packed_batch(std::mt19937& rng) {
+  int const batch = 1 + int(rng() % 24);
+  PackedBatch pb{std::vector<int>(batch), std::vector<int32_t>(batch + 1, 0)};
+  for (int b = 0; b < batch; ++b) {
+    int const pick = int(rng() % 4);
+    pb.seqlens[b] = pick == 0 ? 0 : pick == 1 ? 128 * int(1 + rng() % 8) : int(rng() % 3000);
+    pb.cu[b + 1] = pb.cu[b] + pb.seqlens[b];
+  }
+  return pb;
+}
+
 TEST(Sm90Scheduler, PackedEveryTileOnceNoEmptyTiles) {
   std::mt19937 rng(20261130);
   for (int trial = 0; trial < 40; ++trial) {
-    int const batch = 1 + int(rng() % 24);
-    std::vector<int> seqlens(batch);
-    std::vector<int32_t> cu(batch + 1, 0);
-    for (int b = 0; b < batch; ++b) {
-      // Zero-length sequences and lengths at and around tile edges included.
-      int const pick = int(rng() % 4);
-      seqlens[b] = pick == 0 ? 0 : pick == 1 ? 128 * int(1 + rng() % 8) : int(rng() % 3000);
-      cu[b + 1] = cu[b] + seqlens[b];
-    }
+    PackedBatch const pb = random_packed_batch(rng);
+    int const batch = pb.batch();
+    std::vector<int> const& seqlens = pb.seqlens;
     int const heads = 1 + int(rng() % 5);
     bool const causal = rng() % 2;
-    Params const p = make_params(heads, batch, *std::max_element(seqlens.begin(), seqlens.end()),
-                                 causal, cu.data());
+    Params const p = make_params(heads, batch, pb.longest(), causal, pb.cu.data());
     int const grid = 1 + int(rng() % 140);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
                                     << causal << " grid " << grid);
@@ -208,21 +221,15 @@ TEST(Sm90Scheduler, DynamicEveryTileOnceCountersLeftZero) {
 TEST(Sm90Scheduler, PackedDynamicEveryTileOnceCountersLeftZero) {
   std::mt19937 rng(20261204);
   for (int trial = 0; trial < 40; ++trial) {
-    int const batch = 1 + int(rng() % 24);
-    std::vector<int> seqlens(batch);
-    std::vector<int32_t> cu(batch + 1, 0);
-    for (int b = 0; b < batch; ++b) {
-      int const pick = int(rng() % 4);
-      seqlens[b] = pick == 0 ? 0 : pick == 1 ? 128 * int(1 + rng() % 8) : int(rng() % 3000);
-      cu[b + 1] = cu[b] + seqlens[b];
-    }
+    PackedBatch const pb = random_packed_batch(rng);
+    int const batch = pb.batch();
+    std::vector<int> const& seqlens = pb.seqlens;
     int const heads = 1 + int(rng() % 5);
     bool const causal = rng() % 2;
     int counters[2] = {0, 0};
     int const grid = 1 + int(rng() % 140);
     Params const p =
-        Scheduler::to_params({batch, heads, *std::max_element(seqlens.begin(), seqlens.end()),
-                              causal, cu.data(), counters, 0, grid});
+        Scheduler::to_params({batch, heads, pb.longest(), causal, pb.cu.data(), counters, 0, grid});
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
                                     << causal << " grid " << grid);
     // The grid is sized by an upper bound of the units: some CTAs may find

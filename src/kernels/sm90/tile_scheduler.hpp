@@ -198,8 +198,7 @@ struct TileScheduler {
  private:
   // One thread (the producer's) calls it. The shuffle from lane 0 tells the compiler that the
   // unit is warp-uniform, so that the tile's coordinates and TMA arithmetic stay in uniform
-  // registers: with the atomic's result taken as is, they moved to the producer's 24 vector
-  // registers and spilled (~280 bytes).
+  // registers; in vector registers they do not fit the producer's 24.
   CUTE_HOST_DEVICE static int fetch_add(int& counter) {
 #if defined(__CUDA_ARCH__)
     return __shfl_sync(1u, atomicAdd(&counter, 1), 0);
