@@ -15,7 +15,8 @@
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
-#           flags) -> peers-details.txt: launch shape, registers, throughputs of each kernel
+#           flags) -> peers-details.txt: launch shape, registers, throughputs of each kernel;
+#           peers-sass.csv: stall samples per instruction (scripts/sass_stalls.py reads it)
 #   bwdpeers Nsight Compute (every section) on one backward row (BWD_ROW, bench/bwd_kernels.py's
 #           B:S:H:D[:HK][:causal]): our main kernel, then cuDNN's -> bwd-{ours,cudnn}-*.txt/csv
 #   bwdab   bench/ab.py --kind bwd: the backward of this build against AB_OLD_LIB in one process
@@ -157,8 +158,11 @@ step_peers() {
   timeout "${STEP_TIMEOUT_peers:-240}" "$ncu" --clock-control none --nvtx "${ranges[@]}" \
     --section LaunchStats --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    --section SourceCounters --import-source no \
     -f -o "$OUT/peers" python3 bench/profile_row.py $flags >"$OUT/peers.log" 2>&1
   "$ncu" --import "$OUT/peers.ncu-rep" --page details >"$OUT/peers-details.txt" 2>&1
+  "$ncu" --import "$OUT/peers.ncu-rep" --page source --print-source sass --csv \
+    >"$OUT/peers-sass.csv" 2>&1
   grep -E "^  [a-z_]|Duration|Grid Size|Block Size|Registers Per|Shared Memory Configuration Size|Dynamic Shared|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Achieved Occupancy|L2 Hit" \
     "$OUT/peers-details.txt" | head -n 60
   summary+=("peers ($flags): see peers-details.txt")
