@@ -105,16 +105,29 @@ PackedBatch random_packed_batch(std::mt19937& rng) {
   return pb;
 }
 
+// One random trial of a packed schedule: the batch, its heads, the mask and the grid.
+struct PackedTrial {
+  PackedBatch pb;
+  int heads;
+  bool causal;
+  int grid;
+};
+
+PackedTrial random_packed_trial(std::mt19937& rng) {
+  PackedTrial t{random_packed_batch(rng), 0, false, 0};
+  t.heads = 1 + int(rng() % 5);
+  t.causal = rng() % 2;
+  t.grid = 1 + int(rng() % 140);
+  return t;
+}
+
 TEST(Sm90Scheduler, PackedEveryTileOnceNoEmptyTiles) {
   std::mt19937 rng(20261130);
   for (int trial = 0; trial < 40; ++trial) {
-    PackedBatch const pb = random_packed_batch(rng);
+    auto const [pb, heads, causal, grid] = random_packed_trial(rng);
     int const batch = pb.batch();
     std::vector<int> const& seqlens = pb.seqlens;
-    int const heads = 1 + int(rng() % 5);
-    bool const causal = rng() % 2;
     Params const p = make_params(heads, batch, pb.longest(), causal, pb.cu.data());
-    int const grid = 1 + int(rng() % 140);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
                                     << causal << " grid " << grid);
     expect_each_tile_once(p, seqlens, run_grid(p, grid));
@@ -221,13 +234,10 @@ TEST(Sm90Scheduler, DynamicEveryTileOnceCountersLeftZero) {
 TEST(Sm90Scheduler, PackedDynamicEveryTileOnceCountersLeftZero) {
   std::mt19937 rng(20261204);
   for (int trial = 0; trial < 40; ++trial) {
-    PackedBatch const pb = random_packed_batch(rng);
+    auto const [pb, heads, causal, grid] = random_packed_trial(rng);
     int const batch = pb.batch();
     std::vector<int> const& seqlens = pb.seqlens;
-    int const heads = 1 + int(rng() % 5);
-    bool const causal = rng() % 2;
     int counters[2] = {0, 0};
-    int const grid = 1 + int(rng() % 140);
     Params const p =
         Scheduler::to_params({batch, heads, pb.longest(), causal, pb.cu.data(), counters, 0, grid});
     SCOPED_TRACE(testing::Message() << "trial " << trial << " batch " << batch << " causal "
