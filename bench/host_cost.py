@@ -3,12 +3,14 @@
 
   python3 bench/host_cost.py [--merge RESULTS.json] [--out DIR] [--profile]
 
-The row (kind "host": b 1, s 128, h 8, d 64, bf16, inputs without requires_grad) is small enough
-that every implementation is bound by its host work: calls run back to back for about a second,
-synchronised once at the end, and `calls_per_ms` is calls per millisecond of wall time. Columns:
+The rows (kind "host": b 1, s 128, h 8, d 64, bf16, inputs without requires_grad; non-causal and
+causal) are small enough that every implementation is bound by its host work: calls run back to
+back for about a second, synchronised once at the end, and `calls_per_ms` is calls per
+millisecond of wall time. Columns:
 ours (torch tensors), ours_dlpack (CuPy arrays through DLPack; fp16, as CuPy has no bf16),
 torch_sdpa (SDPA on its default backend). Each is measured in three rounds in rotating order;
-the figure is the median.
+the figure is the median. The causal row is the one whose call finds its stream's tile counters
+(the Hopper forward's dynamic schedule), a lookup the non-causal call skips.
 --merge reads a results file and replaces its "host" rows with this one (bench/README.md: a run
 replaces the kinds it measured and keeps the rest). --profile prints where our call spends its
 time: the library's own entry (fc_forward on prepared arguments), the custom op, the Python
@@ -35,7 +37,8 @@ import bench  # noqa: E402  (puts the package on the path when no wheel is insta
 
 flashcute = bench.flashcute
 
-ROW = dict(b=1, sq=128, sk=128, h=8, hk=8, d=64, causal=False, dtype="bf16", kind="host")
+ROWS = [dict(b=1, sq=128, sk=128, h=8, hk=8, d=64, causal=causal, dtype="bf16", kind="host")
+        for causal in (False, True)]
 
 
 def calls_per_ms(fn, seconds):
@@ -54,20 +57,21 @@ def calls_per_ms(fn, seconds):
     return calls / ((time.perf_counter() - start) * 1e3)
 
 
-def callables():
-    shape = (ROW["b"], ROW["sq"], ROW["h"], ROW["d"])
+def callables(row):
+    shape = (row["b"], row["sq"], row["h"], row["d"])
+    causal = row["causal"]
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     calls = {
-        "ours": lambda: flashcute.flash_attn_func(q, k, v),
+        "ours": lambda: flashcute.flash_attn_func(q, k, v, causal=causal),
         "torch_sdpa": lambda: F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal),
     }
     try:
         import cupy
 
         # CuPy has no bfloat16: the DLPack column runs the same shape in fp16.
         cq, ck, cv = (cupy.from_dlpack(t.to(torch.float16)) for t in (q, k, v))
-        calls["ours_dlpack"] = lambda: flashcute.flash_attn_func(cq, ck, cv)
+        calls["ours_dlpack"] = lambda: flashcute.flash_attn_func(cq, ck, cv, causal=causal)
     except ImportError:
         print("ours_dlpack: left out (no CuPy)")
     return calls, (q, k, v)
@@ -145,39 +149,43 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("host_cost.py needs a CUDA device")
 
-    calls, tensors = callables()
-    names = list(calls)
-    samples = {name: [] for name in names}
-    with torch.inference_mode():
-        for round_index in range(args.rounds):
-            shift = round_index % len(names)
-            for name in names[shift:] + names[:shift]:
-                samples[name].append(calls_per_ms(calls[name], args.seconds))
-        for name in names:
-            print(f"{name:<12} calls/ms " + " ".join(f"{x:.2f}" for x in samples[name]) +
-                  f"  ({1e3 / statistics.median(samples[name]):.1f} us per call)")
-        if args.profile:
-            profile(calls, tensors)
+    entries = []
+    for row in ROWS:
+        calls, tensors = callables(row)
+        names = list(calls)
+        samples = {name: [] for name in names}
+        print("causal" if row["causal"] else "non-causal")
+        with torch.inference_mode():
+            for round_index in range(args.rounds):
+                shift = round_index % len(names)
+                for name in names[shift:] + names[:shift]:
+                    samples[name].append(calls_per_ms(calls[name], args.seconds))
+            for name in names:
+                print(f"  {name:<12} calls/ms " + " ".join(f"{x:.2f}" for x in samples[name]) +
+                      f"  ({1e3 / statistics.median(samples[name]):.1f} us per call)")
+            if args.profile and not row["causal"]:
+                profile(calls, tensors)
 
-    entry = dict(ROW)
-    entry["calls_per_ms"] = {n: round(statistics.median(s), 2) for n, s in samples.items()}
-    entry["commit"] = bench.commit_sha()
-    entry["date"] = datetime.date.today().isoformat()
-    rates = entry["calls_per_ms"]
-    for name in ("ours", "ours_dlpack"):
-        if name in rates:
-            ratio = rates['torch_sdpa'] / rates[name]
-            print(f"{name} costs {ratio:.2f} x SDPA's host time per call")
+        entry = dict(row)
+        entry["calls_per_ms"] = {n: round(statistics.median(s), 2) for n, s in samples.items()}
+        entry["commit"] = bench.commit_sha()
+        entry["date"] = datetime.date.today().isoformat()
+        rates = entry["calls_per_ms"]
+        for name in ("ours", "ours_dlpack"):
+            if name in rates:
+                ratio = rates['torch_sdpa'] / rates[name]
+                print(f"  {name} costs {ratio:.2f} x SDPA's host time per call")
+        entries.append(entry)
 
     if args.merge:
         document = json.loads(pathlib.Path(args.merge).read_text())
-        document["rows"] = [r for r in document["rows"] if r.get("kind") != "host"] + [entry]
+        document["rows"] = [r for r in document["rows"] if r.get("kind") != "host"] + entries
         gpu = document.get("gpu", torch.cuda.get_device_name())
     else:
         gpu = torch.cuda.get_device_name()
-        document = {"gpu": gpu, "date": entry["date"], "commit": entry["commit"],
+        document = {"gpu": gpu, "date": entries[0]["date"], "commit": entries[0]["commit"],
                     "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-                    "rows": [entry]}
+                    "rows": entries}
     target = args.out or args.merge
     if target:
         path = bench.output_path(target, gpu)

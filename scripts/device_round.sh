@@ -9,7 +9,7 @@
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
 #   accuracy bench/accuracy.py: each family's and SDPA's error against fp64 -> <gpu>-accuracy.json
-#   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host row)
+#   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host rows)
 #   venv    the wheel (VENV_WHEEL, default .whl/) in a fresh virtual environment, one forward
 #           checked against SDPA
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
@@ -95,12 +95,12 @@ step_ab() {
 }
 
 step_host() {
-  # Host cost of a tiny call against SDPA; the host row replaces the one in the committed results.
+  # Host cost of a tiny call against SDPA; the host rows replace those in the committed results.
   install_wheel || return
   timeout "${STEP_TIMEOUT_host:-180}" python3 bench/host_cost.py --profile \
     --merge bench/results/h200.json --out "$OUT" 2>&1 | tee "$OUT/host.log" |
     grep -E "calls/ms|costs|us per call|wrote"
-  summary+=("host: $(grep -E '^ours costs' "$OUT/host.log")")
+  summary+=("host: $(grep -E '^ *ours costs' "$OUT/host.log" | tr -s ' ' | paste -sd ';')")
 }
 
 step_venv() {
