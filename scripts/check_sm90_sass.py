@@ -26,7 +26,8 @@ import subprocess
 import sys
 
 TRAITS = re.compile(
-    r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?")
+    r"TraitsIN7cutlass\d+(\w+?)_tELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)E(?:Li(\d+)E)?"
+    r"(?:Li(\d+)E)?")
 # ForwardKernel<Traits, true>: the kernel of calls with softcap or ALiBi.
 MODIFIERS = re.compile(r"EELb1EEEEEvNT_")
 BACKWARD_TRAITS = re.compile(
@@ -124,6 +125,8 @@ def main():
             m = TRAITS.search(name)
             label = (f"{m.group(1)} d{m.group(2)} {m.group(3)}x{m.group(4)} stages {m.group(5)} "
                      f"ping-pong {m.group(6)} ctas/SM {m.group(7) or 1}") if m else name[:60]
+            if m and int(m.group(8) or 1) > 1:
+                label += f" cluster {m.group(8)}"
             if MODIFIERS.search(name):
                 label += " softcap/ALiBi"
             local = local_instructions(instructions)

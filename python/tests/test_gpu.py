@@ -402,6 +402,39 @@ def test_schedule_on_streams_and_in_graphs(case):
     assert torch.equal(captured, first)
 
 
+CLUSTER_CASES = {
+    # (batch, seqlen_q, seqlen_k, heads, heads_k). Non-causal d 128 and 256 calls whose query
+    # tiles pair up run in clusters of two CTAs sharing each K/V block's load; the others alone.
+    "pairs_gqa": (2, 512, 589, 8, 2),
+    "partial_last_tile": (3, 250, 1000, 4, 4),
+    "odd_tile_count": (2, 384, 300, 4, 4),
+    "long_keys": (1, 256, 8300, 4, 1),
+    "more_units_than_clusters": (4, 1024, 1024, 40, 40),
+    "no_keys": (2, 256, 0, 4, 4),
+}
+
+
+@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("case", CLUSTER_CASES)
+def test_unmasked_tiles_in_clusters(case, d):
+    """Outputs and LSE of non-causal calls against the fp64 reference, on the tile counts that
+    take the cluster kernel and on those that do not; repeated calls give the same bits."""
+    b, sq, sk, h, hk = CLUSTER_CASES[case]
+    g = generator("cluster", case, d)
+    q = randn((b, sq, h, d), g, torch.bfloat16)
+    k, v = (randn((b, sk, hk, d), g, torch.bfloat16) for _ in range(2))
+    poison((q.shape, torch.bfloat16), ((b, h, sq), torch.float32))
+    out, lse, _ = flashcute.flash_attn_func(q, k, v, return_attn_probs=True)
+    if sk == 0:
+        assert torch.equal(out, torch.zeros_like(out)) and torch.isposinf(lse).all()
+    else:
+        ref_out, ref_lse = attention(q, k, v, scale=default_scale(d), causal=False)
+        assert_close(out, ref_out, v, torch.bfloat16, what=case)
+        assert_lse_close(lse, ref_lse, what=case)
+    again, again_lse, _ = flashcute.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert torch.equal(again, out) and torch.equal(again_lse, lse)
+
+
 def test_eager_calls_take_the_fast_path_and_fall_back_for_errors(monkeypatch):
     """An eager call runs without the custom op (its dispatch costs more than a tiny kernel);
     autograd, an explicit family, and a bad argument go through the op's checked path, whose

@@ -33,6 +33,20 @@ inline cudaError_t l2_cache_bytes(int device, int& bytes) {
   return cached_device_attribute<cudaDevAttrL2CacheSize>(device, bytes);
 }
 
+// A value fixed per (Tag, device), such as a kernel's occupancy: query(int&) runs once per device
+// (again after a failure or a value <= 0).
+template <class Tag, class Query>
+cudaError_t cached_per_device(int device, int& value, Query query) {
+  static std::atomic<int> cached[kMaxCachedDevices] = {};
+  bool const cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable && (value = cached[device].load(std::memory_order_relaxed)) > 0) {
+    return cudaSuccess;
+  }
+  cudaError_t const err = query(value);
+  if (err == cudaSuccess && cacheable) cached[device].store(value, std::memory_order_relaxed);
+  return err;
+}
+
 // Runs configure() (cudaFuncSetAttribute calls for one kernel) once per device; each Tag (the
 // kernel's own type) has its own record. Two threads may both configure: the calls are idempotent.
 template <class Tag, class Configure>

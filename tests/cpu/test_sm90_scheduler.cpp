@@ -9,6 +9,7 @@
 #include <map>
 #include <queue>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -71,6 +72,37 @@ void expect_each_tile_once(const Params& p, const std::vector<int>& seqlens,
     }
   }
   EXPECT_EQ(visits.size(), expected) << "tiles outside the problem were handed out";
+}
+
+// Clusters of two CTAs (problems without a mask whose tile count is even): the
+// clusters take the units of a scheduler of 256-row tiles, and each CTA runs its
+// half. Every 128-row tile once, the two halves of a unit side by side.
+TEST(Sm90Scheduler, ClusterMembersEveryTileOnce) {
+  using PairScheduler = TileScheduler<2 * kBlockM>;
+  for (int seqlen : {256, 250 + 256, 1024, 8192})
+    for (int clusters : {1, 5, 66}) {
+      auto const p = PairScheduler::to_params({3, 4, seqlen, false, nullptr});
+      std::map<std::tuple<int, int, int>, std::vector<Visit>> visits;
+      for (int cluster = 0; cluster < clusters; ++cluster) {
+        int order = 0;
+        for (PairScheduler s(p, cluster); s.valid(p); s.advance(p, clusters), ++order) {
+          for (int rank = 0; rank < 2; ++rank) {
+            WorkTile const w = tile_of_cluster_member<2>(s.get(p), rank);
+            visits[{w.batch, w.head, w.m_block}].push_back(Visit{2 * cluster + rank, order});
+          }
+        }
+      }
+      SCOPED_TRACE("seqlen " + std::to_string(seqlen) + " clusters " + std::to_string(clusters));
+      expect_each_tile_once(make_params(4, 3, seqlen, false, nullptr), std::vector<int>(3, seqlen),
+                            visits);
+      for (auto const& [tile, v] : visits) {
+        if (std::get<2>(tile) % 2 == 1) continue;
+        auto const& partner =
+            visits.at({std::get<0>(tile), std::get<1>(tile), std::get<2>(tile) + 1});
+        EXPECT_EQ(partner[0].cta, v[0].cta + 1);
+        EXPECT_EQ(partner[0].order, v[0].order);
+      }
+    }
 }
 
 TEST(Sm90Scheduler, DenseEveryTileOnce) {

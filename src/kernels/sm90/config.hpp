@@ -57,6 +57,19 @@ struct NonCausalConfig<E, 128> {
   using type = Traits<E, 128, 128, 176, 2, true>;
 };
 
+// The same tile in clusters of two CTAs that share each K/V block's load (traits.hpp); problems
+// without a mask take it when their query tiles pair up. With 128 query rows a CTA needs K/V
+// bytes from L2 at its FLOP rate / 128: 5.5 TB/s over the GPU at 700 TFLOP/s, the order of L2's
+// bandwidth (d 64's 192-row tile needs two thirds of that and keeps single CTAs).
+template <class T>
+struct Clustered;
+template <class E, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kPingPong>
+struct Clustered<Traits<E, kHeadDim, kBlockM, kBlockN, kStages, kPingPong>> {
+  using type = Traits<E, kHeadDim, kBlockM, kBlockN, kStages, kPingPong, 1, 2>;
+};
+template <int kHeadDim>
+constexpr bool kClusterUnmasked = kHeadDim == 128 || kHeadDim == 256;
+
 // What the default entry runs when the caller left the tile to the library (an explicit tile
 // request runs exactly that tile). Causal means a right window edge at the diagonal, with or
 // without a left edge. The long-key tile is for attention without a window: under a local window
@@ -72,6 +85,16 @@ cudaError_t launch_by_problem(const AttentionParams& a, cudaStream_t stream) {
   }
   bool const causal = a.window_right == 0;
   bool const windowed = a.window_left >= 0 || a.window_right >= 0;
+  using Long = std::conditional_t<std::is_void_v<NonCausal>, Default, NonCausal>;
+  if constexpr (kClusterUnmasked<Default::kHeadDim>) {
+    int const m_blocks = (a.seqlen_q + Default::kBlockM - 1) / Default::kBlockM;
+    if (!windowed && a.cu_seqlens_q == nullptr && m_blocks % 2 == 0) {
+      cudaError_t const err = a.seqlen_k >= kLongKeys
+                                  ? launch<typename Clustered<Long>::type, false>(a, stream)
+                                  : launch<typename Clustered<Default>::type, false>(a, stream);
+      if (err != cudaErrorNotSupported) return err;  // else no cluster fits: the plain tile
+    }
+  }
   if constexpr (!std::is_void_v<NonCausal>) {
     if (!windowed && a.seqlen_k >= kLongKeys) return launch<NonCausal, false>(a, stream);
   }

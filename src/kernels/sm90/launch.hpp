@@ -67,12 +67,42 @@ cudaError_t launch_kernel(const AttentionParams& a, cudaStream_t stream) {
   int* const counters = Kernel::schedules_dynamically(a) ? stream_tile_counters(stream) : nullptr;
   int l2_bytes = 0;
   if (counters != nullptr && (err = l2_cache_bytes(device, l2_bytes)) != cudaSuccess) return err;
-  int const max_ctas = sms * Kernel::kCtasPerSm;
-  typename Kernel::Params const params = Kernel::to_params(a, counters, l2_bytes, max_ctas);
-  // Persistent grid: as many CTAs as fit on the SMs at once.
-  int const grid = std::min(params.scheduler.num_units, max_ctas);
-  kernel<<<grid, Kernel::kThreads, smem_bytes, stream>>>(params);
-  return cudaGetLastError();
+  if constexpr (Kernel::kClusterM == 1) {
+    int const max_ctas = sms * Kernel::kCtasPerSm;
+    typename Kernel::Params const params = Kernel::to_params(a, counters, l2_bytes, max_ctas);
+    // Persistent grid: as many CTAs as fit on the SMs at once.
+    int const grid = std::min(params.scheduler.num_units, max_ctas);
+    kernel<<<grid, Kernel::kThreads, smem_bytes, stream>>>(params);
+    return cudaGetLastError();
+  } else {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = Kernel::kClusterM;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.blockDim = dim3(Kernel::kThreads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    // Clusters must fit within a GPC, so fewer than sms / kClusterM may be resident at once:
+    // the persistent grid takes as many as the driver says fit. None (a partitioned or shared
+    // GPU may refuse clusters): cudaErrorNotSupported, nothing launched, so that the caller
+    // runs the tile without clusters.
+    int max_clusters = 0;
+    config.gridDim = dim3(sms / Kernel::kClusterM * Kernel::kClusterM);
+    err = cached_per_device<Kernel>(device, max_clusters, [&](int& value) {
+      return cudaOccupancyMaxActiveClusters(&value, kernel, &config);
+    });
+    if (err != cudaSuccess || max_clusters <= 0) {
+      cudaGetLastError();  // the query's error is not the call's
+      return cudaErrorNotSupported;
+    }
+    typename Kernel::Params const params = Kernel::to_params(a, nullptr, 0, max_clusters);
+    int const clusters = std::min(params.scheduler.num_units, max_clusters);
+    config.gridDim = dim3(clusters * Kernel::kClusterM);
+    return cudaLaunchKernelEx(&config, kernel, params);
+  }
 }
 
 // Calls with softcap or ALiBi run the modifier kernel; the plain kernel carries none of its work.

@@ -45,6 +45,14 @@ struct WorkTile {
   int m_block, head, batch;
 };
 
+// A cluster of kClusterM CTAs takes each unit of a scheduler whose rows are kClusterM tiles
+// tall: CTA `rank` of the cluster runs the rank-th tile of the unit's tile w.
+template <int kClusterM>
+CUTE_HOST_DEVICE WorkTile tile_of_cluster_member(WorkTile w, int rank) {
+  w.m_block = w.m_block * kClusterM + rank;
+  return w;
+}
+
 template <int kBlockM>
 struct TileScheduler {
   struct Arguments {

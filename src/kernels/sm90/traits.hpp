@@ -35,7 +35,7 @@ constexpr bool rows_are_shifted_slices(int slices, int head_dim, int offset) {
 }
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_,
-          int kCtasPerSm_ = 1>
+          int kCtasPerSm_ = 1, int kClusterM_ = 1>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -49,7 +49,13 @@ struct Traits {
   // CTAs resident on one SM, each walking its own tiles of the persistent grid: with one consumer
   // warpgroup per CTA, the others' GEMMs run while one is in its softmax or between tiles.
   static constexpr int kCtasPerSm = kCtasPerSm_;
+  // CTAs of a cluster, which run vertically adjacent tiles of one (batch, head) side by side and
+  // load each K/V block once for all of them: each CTA loads a 1 / kClusterM slice and multicasts
+  // it to every CTA of the cluster, so a block crosses from L2 once per cluster. Only problems
+  // where those tiles visit the same key blocks (no mask) run such a kernel.
+  static constexpr int kClusterM = kClusterM_;
   static_assert(kBlockM % 64 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0);
+  static_assert(kClusterM == 1 || (kClusterM == 2 && kCtasPerSm == 1));
 
   // The widest swizzle whose 128/64/32-byte row fits the head dimension: TMA writes it and wgmma
   // reads it without bank conflicts.
@@ -98,10 +104,10 @@ struct Traits {
       SM90_TMA_LOAD{},
       make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}), SmemLayoutQ{},
       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using CopyOpKV = std::conditional_t<kClusterM == 1, SM90_TMA_LOAD, SM90_TMA_LOAD_MULTICAST>;
   using TmaKV = decltype(make_tma_copy(
-      SM90_TMA_LOAD{},
-      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
-      take<0, 2>(SmemLayoutKV{}), Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+      CopyOpKV{}, make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}),
+      take<0, 2>(SmemLayoutKV{}), Shape<Int<kBlockN>, Int<kHeadDim>>{}, Int<kClusterM>{}));
 
   // O leaves by TMA store, one box of 64 rows per warpgroup (dense problems;
   // collective/epilogue_fwd.hpp).
@@ -113,6 +119,7 @@ struct Traits {
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
   using PipelineState = typename Pipeline::PipelineState;
 };
 

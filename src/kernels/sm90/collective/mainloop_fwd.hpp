@@ -4,7 +4,8 @@
 // Producer (one thread of the producer warpgroup): Q arrives once per tile on its own barrier; K
 // and V stream through their pipelines in the order the consumers use them (last key block
 // first). The pipelines run on across tiles, so the next tile's first K/V blocks load while the
-// consumers finish the current one.
+// consumers finish the current one. In a cluster (Traits::kClusterM), each CTA loads its slice
+// of every K/V block into all of the cluster's CTAs, whose consumers all release each stage.
 // Consumer (one warpgroup per 64 query rows): within an iteration the warpgroup issues
 // S = Q K_n^T and O += P_{n+1} V_{n+1} back to back, then runs the softmax of S_n while the PV
 // wgmma is still in the tensor cores: the exp2 work hides under the GEMM. Once the last QK^T has
@@ -38,6 +39,7 @@ struct CollectiveMainloopFwd {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kClusterM = Traits::kClusterM;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Traits::SmemLayoutQ>, 1024> q;
@@ -130,12 +132,13 @@ struct CollectiveMainloopFwd {
     p.tma_q =
         make_tma_copy(SM90_TMA_LOAD{}, gmem(a.q, a.shape_q, a.stride_q),
                       typename Traits::SmemLayoutQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{});
-    p.tma_k = make_tma_copy(SM90_TMA_LOAD{}, gmem(a.k, a.shape_k, a.stride_k),
+    using CopyOpKV = typename Traits::CopyOpKV;
+    p.tma_k = make_tma_copy(CopyOpKV{}, gmem(a.k, a.shape_k, a.stride_k),
                             take<0, 2>(typename Traits::SmemLayoutKV{}),
-                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{});
-    p.tma_v = make_tma_copy(SM90_TMA_LOAD{}, gmem(a.v, a.shape_k, a.stride_v),
+                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, Int<kClusterM>{});
+    p.tma_v = make_tma_copy(CopyOpKV{}, gmem(a.v, a.shape_k, a.stride_v),
                             take<0, 2>(typename Traits::SmemLayoutKV{}),
-                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{});
+                            Shape<Int<kBlockN>, Int<kHeadDim>>{}, Int<kClusterM>{});
     p.shape_q = a.shape_q;
     p.shape_k = a.shape_k;
     p.sequences = a.sequences;
@@ -166,10 +169,11 @@ struct CollectiveMainloopFwd {
     int tiles;
   };
 
-  // Producer: every load of one tile. `tiles`: tiles this CTA has loaded before.
+  // Producer: every load of one tile. `tiles`: tiles this CTA has loaded before; rank: this
+  // CTA's in its cluster.
   CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, Pipelines& pipes,
                                PipelineState& state, TileInfo const& tile, WorkTile const& work,
-                               int tiles) {
+                               int tiles, int rank) {
     using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
     int const head = work.head;
@@ -191,13 +195,16 @@ struct CollectiveMainloopFwd {
                             group_modes<0, 2>(gQ));  // (global, shared); a lambda uses it below
     // (global, shared) partitions of K and V blocks: block n starts at key n * kBlockN, except a
     // packed sequence's partial last block (tile.key0), which a second view shifted back by
-    // less than a block provides.
+    // less than a block provides. In a cluster, this CTA's slice of each block, which it
+    // multicasts to every CTA of the cluster (kv_mask).
     int const n_last = (tile.seqlen_k - 1) / kBlockN;
     int const shift = tile.key0<Traits>(p, n_last) - n_last * kBlockN;
+    uint16_t const kv_mask = (1u << kClusterM) - 1;
     auto kv_blocks = [&](auto const& tma, auto const& mX, auto const& sX, int offset) {
       Tensor gX = local_tile(domain_offset(make_coord(offset, _0{}), mX), TileKV{},
                              make_coord(_, _0{}));  // (N, D, n_blocks)
-      return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sX), group_modes<0, 2>(gX));
+      return tma_partition(tma, rank, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sX),
+                           group_modes<0, 2>(gX));
     };
     auto [tKg, tKs] = kv_blocks(p.tma_k, mK, sK, 0);
     auto [tVg, tVs] = kv_blocks(p.tma_v, mV, sV, 0);
@@ -215,14 +222,16 @@ struct CollectiveMainloopFwd {
     if (tile.n_block_max <= tile.n_block_min) load_q();
 
     for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
-      bool const last = n == n_last;
+      // A cluster kernel runs dense problems only: no shifted block, and no view of one kept in
+      // the producer's few registers.
+      bool const last = kClusterM == 1 && n == n_last;
       pipes.k.producer_acquire(state);
-      copy(p.tma_k.with(*pipes.k.producer_get_barrier(state), 0), last ? tKg_last(_, n) : tKg(_, n),
-           tKs(_, state.index()));
+      copy(p.tma_k.with(*pipes.k.producer_get_barrier(state), kv_mask),
+           last ? tKg_last(_, n) : tKg(_, n), tKs(_, state.index()));
       if (n == tile.n_block_max - 1) load_q();
       pipes.v.producer_acquire(state);
-      copy(p.tma_v.with(*pipes.v.producer_get_barrier(state), 0), last ? tVg_last(_, n) : tVg(_, n),
-           tVs(_, state.index()));
+      copy(p.tma_v.with(*pipes.v.producer_get_barrier(state), kv_mask),
+           last ? tVg_last(_, n) : tVg(_, n), tVs(_, state.index()));
       ++state;
     }
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cutlass/arch/reg_reconfig.h>
+#include <cute/arch/cluster_sm90.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -31,6 +32,7 @@ struct ForwardKernel {
   using Element = typename Traits::Element;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kCtasPerSm = Traits::kCtasPerSm;
+  static constexpr int kClusterM = Traits::kClusterM;
 
   using Registers = RegisterBudget<kThreads, Traits::kConsumerThreads, kCtasPerSm>;
   static constexpr int kProducerRegs = Registers::kProducer;
@@ -49,7 +51,8 @@ struct ForwardKernel {
 
   using Mainloop = CollectiveMainloopFwd<Traits, kSeparateO, kModifiers>;
   using Epilogue = CollectiveEpilogueFwd<Traits, kSeparateO>;
-  using Scheduler = TileScheduler<Traits::kBlockM>;
+  // A cluster's CTAs take each unit of the scheduler together (tile_of_cluster_member).
+  using Scheduler = TileScheduler<Traits::kBlockM * kClusterM>;
   using Pipeline = typename Traits::Pipeline;
   using PipelineState = typename Traits::PipelineState;
 
@@ -68,7 +71,7 @@ struct ForwardKernel {
 
   // Host, once per launch. counters: the stream's zeroed pair of ints for the dynamic schedule,
   // or null; l2_bytes: the device's L2, which sizes the dynamic schedule's sections; max_ctas:
-  // the grid's largest size.
+  // the grid's largest size (in clusters for a cluster kernel).
   static Params to_params(AttentionParams const& a, int* counters = nullptr, int l2_bytes = 0,
                           int max_ctas = 0) {
     typename Scheduler::Arguments s = scheduler_arguments(a);
@@ -83,9 +86,10 @@ struct ForwardKernel {
                   Epilogue::to_params(Epilogue::to_arguments(a)), Scheduler::to_params(s)};
   }
 
-  // Whether this call would use the dynamic schedule's counters if given them.
+  // Whether this call would use the dynamic schedule's counters if given them. A cluster kernel
+  // runs only problems without a mask, whose units are equal: it keeps the static schedule.
   static bool schedules_dynamically(AttentionParams const& a) {
-    return Scheduler::schedules_dynamically(scheduler_arguments(a));
+    return kClusterM == 1 && Scheduler::schedules_dynamically(scheduler_arguments(a));
   }
 
   static typename Scheduler::Arguments scheduler_arguments(AttentionParams const& a) {
@@ -111,9 +115,16 @@ struct ForwardKernel {
     pipe_params.is_leader = threadIdx.x == 0;
     pipe_params.num_consumers = Traits::kConsumerThreads;
     typename Mainloop::Pipelines pipes{
-        Pipeline(smem.mainloop.pipe_k, pipe_params, Shape<_1, _1, _1>{}),
-        Pipeline(smem.mainloop.pipe_v, pipe_params, Shape<_1, _1, _1>{})};
-    __syncthreads();  // barrier initialisation visible to every thread
+        Pipeline(smem.mainloop.pipe_k, pipe_params, typename Traits::ClusterShape{}),
+        Pipeline(smem.mainloop.pipe_v, pipe_params, typename Traits::ClusterShape{})};
+    // Barrier initialisation visible to every thread (of the cluster: the other CTAs' consumers
+    // arrive on this CTA's K/V barriers).
+    if constexpr (kClusterM > 1) {
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
+    } else {
+      __syncthreads();
+    }
 
     if (warpgroup == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -129,14 +140,17 @@ struct ForwardKernel {
                                   typename Mainloop::Pipelines& pipes) {
     PipelineState state = cutlass::make_producer_start_state<Pipeline>();
     int tiles = 0;  // tiles this CTA has run (the scheduler hands out no empty tile)
-    Scheduler sched(p.scheduler, int(blockIdx.x));
-    for (; sched.valid(p.scheduler); sched.advance(p.scheduler, int(gridDim.x))) {
-      WorkTile const w = sched.get(p.scheduler);
+    int const clusters = int(gridDim.x) / kClusterM;
+    int const block = int(blockIdx.x);
+    int const rank = block % kClusterM;  // the CTA's rank in its cluster (a 1-D grid)
+    Scheduler sched(p.scheduler, block / kClusterM);
+    for (; sched.valid(p.scheduler); sched.advance(p.scheduler, clusters)) {
+      WorkTile const w = tile_of_cluster_member<kClusterM>(sched.get(p.scheduler), rank);
       TileInfo const tile = TileInfo::make<Traits>(p.mainloop, w);
-      Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w, tiles);
+      Mainloop::load(p.mainloop, smem.mainloop, pipes, state, tile, w, tiles, rank);
       ++tiles;
     }
-    Scheduler::retire(p.scheduler, int(gridDim.x));
+    Scheduler::retire(p.scheduler, clusters);
     Mainloop::end_of_work(smem.mainloop, tiles);
   }
 
@@ -175,6 +189,15 @@ struct ForwardKernel {
     }
     Epilogue::drain(thread);
     turns.finish();
+    // In a cluster, the other CTAs' consumers release their K/V stages on this CTA's barriers too,
+    // up to their last block: no CTA leaves (and frees its shared memory) before they all have.
+    // The producer and the idle threads have left: a cluster barrier waits for those that have
+    // not exited. (The producer waiting on its stages' releases instead pushed its tile and TMA
+    // arithmetic out of uniform registers: it spilled.)
+    if constexpr (kClusterM > 1) {
+      cute::cluster_arrive();
+      cute::cluster_wait();
+    }
   }
 };
 
