@@ -7,34 +7,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace flashcute {
 
 constexpr int kMaxCachedDevices = 64;
 
-// A device attribute, queried once per device (0 after a failed query, which is then retried).
-template <cudaDeviceAttr kAttribute>
-cudaError_t cached_device_attribute(int device, int& value) {
-  static std::atomic<int> cached[kMaxCachedDevices] = {};
-  bool const cacheable = device >= 0 && device < kMaxCachedDevices;
-  if (cacheable && (value = cached[device].load(std::memory_order_relaxed)) > 0) {
-    return cudaSuccess;
-  }
-  cudaError_t const err = cudaDeviceGetAttribute(&value, kAttribute, device);
-  if (err == cudaSuccess && cacheable) cached[device].store(value, std::memory_order_relaxed);
-  return err;
-}
-
-inline cudaError_t multiprocessor_count(int device, int& count) {
-  return cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, count);
-}
-
-inline cudaError_t l2_cache_bytes(int device, int& bytes) {
-  return cached_device_attribute<cudaDevAttrL2CacheSize>(device, bytes);
-}
-
-// A value fixed per (Tag, device), such as a kernel's occupancy: query(int&) runs once per device
-// (again after a failure or a value <= 0).
+// A value fixed per (Tag, device), such as a device attribute or a kernel's occupancy:
+// query(int&) runs once per device (again after a failure or a value <= 0).
 template <class Tag, class Query>
 cudaError_t cached_per_device(int device, int& value, Query query) {
   static std::atomic<int> cached[kMaxCachedDevices] = {};
@@ -45,6 +25,21 @@ cudaError_t cached_per_device(int device, int& value, Query query) {
   cudaError_t const err = query(value);
   if (err == cudaSuccess && cacheable) cached[device].store(value, std::memory_order_relaxed);
   return err;
+}
+
+// A device attribute, queried once per device.
+template <cudaDeviceAttr kAttribute>
+cudaError_t cached_device_attribute(int device, int& value) {
+  return cached_per_device<std::integral_constant<cudaDeviceAttr, kAttribute>>(
+      device, value, [device](int& v) { return cudaDeviceGetAttribute(&v, kAttribute, device); });
+}
+
+inline cudaError_t multiprocessor_count(int device, int& count) {
+  return cached_device_attribute<cudaDevAttrMultiProcessorCount>(device, count);
+}
+
+inline cudaError_t l2_cache_bytes(int device, int& bytes) {
+  return cached_device_attribute<cudaDevAttrL2CacheSize>(device, bytes);
 }
 
 // Runs configure() (cudaFuncSetAttribute calls for one kernel) once per device; each Tag (the
