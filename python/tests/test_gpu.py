@@ -403,13 +403,15 @@ def test_schedule_on_streams_and_in_graphs(case):
 
 
 CLUSTER_CASES = {
-    # (batch, seqlen_q, seqlen_k, heads, heads_k). Non-causal d 128 and 256 calls whose query
-    # tiles pair up run in clusters of two CTAs sharing each K/V block's load; the others alone.
-    "pairs_gqa": (2, 512, 589, 8, 2),
-    "partial_last_tile": (3, 250, 1000, 4, 4),
-    "odd_tile_count": (2, 384, 300, 4, 4),
+    # (batch, seqlen_q, seqlen_k, heads, heads_k). Non-causal d 128 and 256 calls with at least
+    # 2048 keys whose query tiles pair up run in clusters of two CTAs sharing each K/V block's
+    # load; the others alone.
+    "pairs_gqa": (2, 512, 2100, 8, 2),
+    "partial_last_tile": (3, 250, 2500, 4, 4),
+    "odd_tile_count": (2, 384, 3000, 4, 4),
+    "few_keys": (2, 512, 589, 4, 4),
     "long_keys": (1, 256, 8300, 4, 1),
-    "more_units_than_clusters": (4, 1024, 1024, 40, 40),
+    "more_units_than_clusters": (4, 1024, 2048, 40, 40),
     "no_keys": (2, 256, 0, 4, 4),
 }
 

@@ -75,6 +75,11 @@ constexpr bool kClusterUnmasked = kHeadDim == 128 || kHeadDim == 256;
 // without a left edge. The long-key tile is for attention without a window: under a local window
 // a tile visits few key blocks, as in a short sequence, where the 176-key tile loses.
 constexpr int kLongKeys = 8192;
+// Clusters (Clustered) from this many keys on: below it their set-up and the partner's wait at
+// every K/V stage cost more than the halved L2 reads save (same-process A/B in bench/NOTES.md:
+// d 128 s 512 / 1k 0.983 / 0.963, s 2k-16k 1.02-1.04; d 256 s 512 / 1k 0.951 / 0.970, s 2k-16k
+// 1.01-1.03).
+constexpr int kClusterKeys = 2048;
 constexpr int kShortQueries = 1024;
 
 // Softcap and ALiBi run on the default tile, the one compiled with their kernel.
@@ -88,7 +93,7 @@ cudaError_t launch_by_problem(const AttentionParams& a, cudaStream_t stream) {
   using Long = std::conditional_t<std::is_void_v<NonCausal>, Default, NonCausal>;
   if constexpr (kClusterUnmasked<Default::kHeadDim>) {
     int const m_blocks = (a.seqlen_q + Default::kBlockM - 1) / Default::kBlockM;
-    if (!windowed && a.cu_seqlens_q == nullptr && m_blocks % 2 == 0) {
+    if (!windowed && a.cu_seqlens_q == nullptr && m_blocks % 2 == 0 && a.seqlen_k >= kClusterKeys) {
       cudaError_t const err = a.seqlen_k >= kLongKeys
                                   ? launch<typename Clustered<Long>::type, false>(a, stream)
                                   : launch<typename Clustered<Default>::type, false>(a, stream);
