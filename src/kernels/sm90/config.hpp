@@ -76,9 +76,7 @@ constexpr bool kClusterUnmasked = kHeadDim == 128 || kHeadDim == 256;
 // a tile visits few key blocks, as in a short sequence, where the 176-key tile loses.
 constexpr int kLongKeys = 8192;
 // Clusters (Clustered) from this many keys on: below it their set-up and the partner's wait at
-// every K/V stage cost more than the halved L2 reads save (same-process A/B in bench/NOTES.md:
-// d 128 s 512 / 1k 0.983 / 0.963, s 2k-16k 1.02-1.04; d 256 s 512 / 1k 0.951 / 0.970, s 2k-16k
-// 1.01-1.03).
+// every K/V stage cost more than the halved L2 reads save (the A/B is in bench/NOTES.md).
 constexpr int kClusterKeys = 2048;
 constexpr int kShortQueries = 1024;
 
