@@ -9,6 +9,9 @@
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
 #   accuracy bench/accuracy.py: each family's and SDPA's error against fp64 -> <gpu>-accuracy.json
+#   rows    bench.py's forward rows (plain, then the other default kinds) and the host rows, each
+#           merged into a copy of the committed h200.json -> $OUT/h200.json (a library carried
+#           without a wheel is enough)
 #   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host rows)
 #   venv    the wheel (VENV_WHEEL, default .whl/) in a fresh virtual environment, one forward
 #           checked against SDPA
@@ -37,9 +40,18 @@ export PYTHONUNBUFFERED=1
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 
+# The package under test: the wheel in .whl/ if one was carried, else this tree's python/ with the
+# build's own library (carrying <build dir>/lib is then enough).
 install_wheel() {
-  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/flashcute-*.whl &&
-    export PYTHONPATH=/tmp/site
+  if compgen -G ".whl/flashcute-*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site \
+      .whl/flashcute-*.whl && export PYTHONPATH=/tmp/site
+  elif [ -f "$BUILD_DIR/lib/libflashcute.so" ]; then
+    export PYTHONPATH=$PWD/python FLASHCUTE_LIB=$PWD/$BUILD_DIR/lib/libflashcute.so
+  else
+    echo "no wheel in .whl/ and no $BUILD_DIR/lib/libflashcute.so" >&2
+    return 1
+  fi
 }
 
 step_runner() {
@@ -72,6 +84,25 @@ step_bench() {
   install_wheel || return
   timeout "${STEP_TIMEOUT_bench:-420}" python3 bench/bench.py --out "$OUT" ${BENCH_FLAGS:-} 2>&1 |
     tee "$OUT/bench.log" | tail -n 60
+}
+
+step_rows() {
+  # Every forward row of h200.json for this build in the sustained state, two rounds each (the
+  # plain sweep, then the feature kinds), and the host rows, merged into a copy of the committed
+  # file: $OUT/h200.json replaces bench/results/h200.json once checked.
+  install_wheel || return
+  local flags="--rounds 2 --warmup 5 --iters 20 --no-plot" merged="$OUT/h200.json"
+  cp bench/results/h200.json "$merged"
+  timeout "${STEP_TIMEOUT_rows_plain:-240}" python3 bench/bench.py --kinds plain $flags \
+    --merge "$merged" --out "$merged" >"$OUT/rows-plain.log" 2>&1
+  summary+=("rows plain: exit $?")
+  timeout "${STEP_TIMEOUT_rows_other:-150}" python3 bench/bench.py \
+    --kinds gqa,varlen,varlen_short,window,lse,softcap,alibi $flags --merge "$merged" \
+    --out "$merged" >"$OUT/rows-other.log" 2>&1
+  summary+=("rows other kinds: exit $?")
+  timeout "${STEP_TIMEOUT_host:-60}" python3 bench/host_cost.py --profile --merge "$merged" \
+    --out "$merged" >"$OUT/host.log" 2>&1
+  summary+=("rows host: exit $?")
 }
 
 step_accuracy() {
