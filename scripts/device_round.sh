@@ -47,7 +47,8 @@ install_wheel() {
     python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site \
       .whl/flashcute-*.whl && export PYTHONPATH=/tmp/site
   elif [ -f "$BUILD_DIR/lib/libflashcute.so" ]; then
-    export PYTHONPATH=$PWD/python FLASHCUTE_LIB=$PWD/$BUILD_DIR/lib/libflashcute.so
+    export PYTHONPATH=$PWD/python FLASHCUTE_LIB
+    FLASHCUTE_LIB=$(realpath "$BUILD_DIR/lib/libflashcute.so")
   else
     echo "no wheel in .whl/ and no $BUILD_DIR/lib/libflashcute.so" >&2
     return 1
