@@ -47,8 +47,8 @@ install_wheel() {
     python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site \
       .whl/flashcute-*.whl && export PYTHONPATH=/tmp/site
   elif [ -f "$BUILD_DIR/lib/libflashcute.so" ]; then
-    export PYTHONPATH=$PWD/python FLASHCUTE_LIB
     FLASHCUTE_LIB=$(realpath "$BUILD_DIR/lib/libflashcute.so")
+    export PYTHONPATH=$PWD/python FLASHCUTE_LIB
   else
     echo "no wheel in .whl/ and no $BUILD_DIR/lib/libflashcute.so" >&2
     return 1
@@ -101,9 +101,7 @@ step_rows() {
     --kinds gqa,varlen,varlen_short,window,lse,softcap,alibi $flags --merge "$merged" \
     --out "$merged" >"$OUT/rows-other.log" 2>&1
   summary+=("rows other kinds: exit $?")
-  timeout "${STEP_TIMEOUT_host:-60}" python3 bench/host_cost.py --profile --merge "$merged" \
-    --out "$merged" >"$OUT/host.log" 2>&1
-  summary+=("rows host: exit $?")
+  step_host "$merged"
 }
 
 step_accuracy() {
@@ -127,10 +125,11 @@ step_ab() {
 }
 
 step_host() {
-  # Host cost of a tiny call against SDPA; the host rows replace those in the committed results.
+  # Host cost of a tiny call against SDPA; the host rows replace those of the results file given
+  # (default: the committed one), written to $OUT/h200.json.
   install_wheel || return
   timeout "${STEP_TIMEOUT_host:-180}" python3 bench/host_cost.py --profile \
-    --merge bench/results/h200.json --out "$OUT" 2>&1 | tee "$OUT/host.log" |
+    --merge "${1:-bench/results/h200.json}" --out "$OUT" 2>&1 | tee "$OUT/host.log" |
     grep -E "calls/ms|costs|us per call|wrote"
   summary+=("host: $(grep -E '^ *ours costs' "$OUT/host.log" | tr -s ' ' | paste -sd ';')")
 }
