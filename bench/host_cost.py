@@ -117,7 +117,8 @@ def profile(calls, tensors, n=2000):
     layers = {
         "fc_forward (C ABI, prepared args)": lambda: lib.fc_forward(ctypes.byref(args)),
         "torch.ops.flashcute.fwd": lambda: torch.ops.flashcute.fwd(
-            q, k, v, None, None, 0, 0, None, 0.125, False, 1, -1, -1, 0.0, False, 0, 0, 0, 0),
+            q, k, v, None, None, 0, 0, None, 0.125, False, 1, -1, -1, 0.0, False, False,
+            family=0, m_block=0, n_block=0, num_threads=0),
         "flash_attn_func (torch)": calls["ours"],
         "sdpa": calls["torch_sdpa"],
     }
