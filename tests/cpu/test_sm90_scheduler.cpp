@@ -289,12 +289,12 @@ TEST(Sm90Scheduler, PackedDynamicEveryTileOnceCountersLeftZero) {
 // units per CTA.
 TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
   int counters[2] = {0, 0};
-  int const heads = 5, batch = 3, seqlen = 1000, l2_section_heads = 2, grid = 7;
+  int const heads = 5, batch = 3, seqlen = 1200, l2_section_heads = 2, grid = 7;
   Params const p =
       Scheduler::to_params({batch, heads, seqlen, true, nullptr, counters, l2_section_heads, grid});
   int const nm = m_blocks(seqlen);
   ASSERT_EQ(p.num_units, heads * batch * nm);
-  int const section_heads = 4;  // 4 pairs * 8 units >= 4 * 7 CTAs
+  int const section_heads = 3;  // 3 pairs * 10 units >= 4 * 7 CTAs
   EXPECT_EQ(p.section_heads, section_heads);
   int const first = heads * batch % section_heads;
   int prev_section = 0, prev_m = nm - 1;

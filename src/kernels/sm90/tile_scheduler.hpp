@@ -21,17 +21,17 @@
 // from a global counter, so the CTA that frees first takes the next unit. Packed batches keep
 // their units and order: the units' costs differ with their sequences' lengths, and the static
 // round-robin left the CTAs' sums apart by chance (a host model of the benchmark's packed rows:
-// 0.88-0.96 balanced, 0.98-0.99 dynamic). Dense causal calls take every tile as a unit, costliest
-// first within sections of (batch, head) pairs, so that the CTA that frees first takes the
-// costliest tile left: no rounding of units over CTAs. A section is as wide as the pairs whose K
-// and V fit in half of L2 (so that its tiles find them there), but at least enough pairs for four
-// units per CTA: the last section's costliest tiles start late, and only then do the CTAs still
-// have enough cheaper tiles left to even out (a host model of the benchmark's causal rows: 0.99
-// balanced, against 0.92-0.96 with L2-sized sections alone). The section of the pairs left over
-// goes first. The last CTA to run out of units sets the counter back to zero, so the next call on
-// the stream finds it zeroed without a memset (one counter per stream:
-// kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU test can check that every tile
-// is handed out exactly once.
+// 0.88-0.96 balanced, 0.98-0.99 dynamic). Dense causal calls with more than
+// kMaxStaticRowBlocks row blocks take every tile as a unit, costliest first within sections of
+// (batch, head) pairs, so that the CTA that frees first takes the costliest tile left: no rounding
+// of units over CTAs. A section is as wide as the pairs whose K and V fit in half of L2 (so that
+// its tiles find them there), but at least enough pairs for four units per CTA: the last section's
+// costliest tiles start late, and only then do the CTAs still have enough cheaper tiles left to
+// even out (a host model of the benchmark's causal rows: 0.99 balanced, against 0.92-0.96 with
+// L2-sized sections alone). The section of the pairs left over goes first. The last CTA to run out
+// of units sets the counter back to zero, so the next call on the stream finds it zeroed without a
+// memset (one counter per stream: kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU
+// test can check that every tile is handed out exactly once.
 #pragma once
 
 #include <cutlass/fast_math.h>
@@ -92,9 +92,16 @@ struct TileScheduler {
   // list is exhausted) and the index of that sequence's first unit.
   int seq, seq_unit0;
 
+  // Dense causal calls of at most this many row blocks keep the static pairs: with so few rows,
+  // a balanced section spans more (batch, head) pairs than CTAs, so that a round's tiles share no
+  // K or V and each row block reads its section's again (measured slower at s <= 1k, by up to a
+  // fifth at d 256; bench/NOTES.md).
+  static constexpr int kMaxStaticRowBlocks = 8;
+
   // Whether a call with these arguments uses the counters when given them.
   CUTE_HOST_DEVICE static bool schedules_dynamically(Arguments const& a) {
-    return a.pair_tiles || a.cu_seqlens_q != nullptr;
+    if (a.cu_seqlens_q != nullptr) return true;
+    return a.pair_tiles && (a.seqlen_q + kBlockM - 1) / kBlockM > kMaxStaticRowBlocks;
   }
 
   // Host, once per launch.
