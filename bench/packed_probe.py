@@ -40,11 +40,6 @@ def work(lengths, causal):
     return tiles, blocks
 
 
-def useful_flops(lengths, heads, d, causal):
-    total = sum(4 * heads * n * n * d for n in lengths)
-    return total / 2 if causal else total
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, default=16)
@@ -77,7 +72,8 @@ def main():
                                          causal=causal)
 
             packed_ms = bench.median_ms(packed, 10, args.iters)
-            flops = useful_flops(lengths, h, d, causal)
+            flops = bench.flops(bench.row(len(lengths), longest, h, d, causal,
+                                          kind="varlen", seqlens=lengths))
             tiles, blocks = work(lengths, causal)
             fits[causal].append((tiles * h, blocks * h, packed_ms * 1e3))
             line = (f"{'causal' if causal else 'full'} {name}: packed {packed_ms * 1e3:.1f} us "
