@@ -55,11 +55,16 @@ def kernels(sass, kind):
             yield name, instructions
 
 
+def is_empty_group(ins):
+    """The placeholder ptxas issues for a wgmma commit group without a GEMM: an HGMMA into RZ."""
+    return re.match(r"HGMMA\.\S+ RZ,", ins) is not None
+
+
 def hgmma_runs(instructions):
-    """Lengths of the runs of HGMMA between warpgroup arrives and waits."""
+    """Lengths of the runs of HGMMA between warpgroup arrives and waits (empty groups left out)."""
     runs, current = [], 0
     for ins in instructions:
-        if "HGMMA" in ins:
+        if "HGMMA" in ins and not is_empty_group(ins):
             current += 1
         elif ins.startswith(("WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR")) and current:
             runs.append(current)

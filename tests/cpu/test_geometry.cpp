@@ -252,6 +252,7 @@ struct FakeTraits {
 template <int M, int N>
 void check_tile_info(unsigned seed) {
   std::mt19937 rng(seed);
+  int cut_blocks = 0;  // (slice, block) pairs whose visible columns end inside the block
   for (int trial = 0; trial < 100; ++trial) {
     int const batch = 1 + int(rng() % 4);
     std::vector<int32_t> cu_q(batch + 1, 0), cu_k(batch + 1, 0);
@@ -290,9 +291,27 @@ void check_tile_info(unsigned seed) {
           ASSERT_LE(key0 + N, packed ? seq.seqlen_k : n_last * N + N);
           ASSERT_GT(key0 + N, n_last * N);
         }
+        // Each 64-row slice of the tile: from its visible_columns on, a block's columns hold no
+        // key that one of the slice's rows below seqlen_q sees (columns before the block's first
+        // key repeat the block before and are hidden anyway).
+        for (int n = r.begin; n < r.end; ++n) {
+          int const key0 = t.key0<FakeTraits<M, N>>(p, n);
+          for (int first_row = m * M; first_row < (m + 1) * M; first_row += 64) {
+            int const cols = t.visible_columns<FakeTraits<M, N>>(p, first_row, n);
+            cut_blocks += cols > 0 && cols < N;
+            for (int row = first_row; row < std::min(first_row + 64, seq.seqlen_q); ++row) {
+              for (int c = std::max(cols, 0); c < N; ++c) {
+                int const key = key0 + c;
+                ASSERT_FALSE(key >= n * N && mask.visible(row, key))
+                    << "row " << row << " key " << key << " block " << n << " columns " << cols;
+              }
+            }
+          }
+        }
       }
     }
   }
+  EXPECT_GT(cut_blocks, 0);
 }
 
 TEST(Sm90TileInfo, FollowsTheSharedPolicy64x64) { check_tile_info<64, 64>(31); }

@@ -45,18 +45,22 @@ CUTE_DEVICE auto convert_fragment(Tensor const& t) {
   return out;
 }
 
-// C (+)= A B over the K modes, issued asynchronously by the whole warpgroup. kWait >= 0 waits
-// until at most kWait wgmma batches are still in flight; -1 returns at once.
-template <bool kZeroInit, int kWait, class TiledMma, class TA, class TB, class TC>
+// C (+)= A B over the K modes (the first kKSlices of them when kKSlices >= 0), issued
+// asynchronously by the whole warpgroup. kWait >= 0 waits until at most kWait wgmma batches are
+// still in flight; -1 returns at once.
+template <bool kZeroInit, int kWait, int kKSlices = -1, class TiledMma, class TA, class TB,
+          class TC>
 CUTE_DEVICE void warpgroup_gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) {
   constexpr bool kRegisterA =
       !std::is_same_v<typename TA::iterator, GMMA::DescriptorIterator>;  // RS rather than SS
+  constexpr int kSlices = kKSlices >= 0 ? kKSlices : int(decltype(size<2>(a))::value);
+  static_assert(kSlices <= decltype(size<2>(a))::value);
   if constexpr (kRegisterA) warpgroup_fence_operand(const_cast<TA&>(a));
   warpgroup_fence_operand(c);
   warpgroup_arrive();
   if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
   CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
+  for (int k = 0; k < kSlices; ++k) {
     cute::gemm(mma, a(_, _, k), b(_, _, k), c);
     mma.accumulate_ = GMMA::ScaleOut::One;
   }

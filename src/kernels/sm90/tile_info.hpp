@@ -42,6 +42,17 @@ struct TileInfo {
     return AttentionMask(seq.seqlen_q, seq.seqlen_k, p.bottom_right, p.window_left, p.window_right);
   }
 
+  // How many leading columns of key block n (as loaded: column c holds key key0(n) + c) some row
+  // of the 64 rows from first_row may see: from that column on, the right mask edge or the key
+  // residue hides the block from every one of those rows below seqlen_q. At most 0 when the rows
+  // see none of it, or when none of them is below seqlen_q.
+  template <class Traits, class Params>
+  CUTE_HOST_DEVICE int visible_columns(Params const& p, int first_row, int n_block) const {
+    int const last_row = geometry_min(first_row + 64, seqlen_q) - 1;
+    if (last_row < first_row) return 0;
+    return make_mask(p, *this).row_keys(last_row).end - key0<Traits>(p, n_block);
+  }
+
   // Key index of row 0 of K/V block n as loaded: n * kBlockN, except for a packed sequence's
   // partial last block, which is loaded ending at the sequence's last key so that no load reads
   // past the packed tensors (their total key count is unknown here, and the last sequence's

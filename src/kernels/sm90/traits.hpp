@@ -42,6 +42,10 @@ struct Traits {
   static constexpr int kBlockM = kBlockM_;  // query rows per CTA tile, 64 per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;  // key rows per main-loop step
   static constexpr int kStages = kStages_;  // K and V pipeline depth
+  // The lower part of a key block (half of it, rounded up to the k16 slices of the PV GEMM): all
+  // that a warpgroup multiplies where the mask hides the rest of the block from every one of its
+  // rows (collective/mainloop_fwd.hpp).
+  static constexpr int kBlockNLower = (kBlockN / 2 + 15) / 16 * 16;
   static constexpr bool kPingPong = kPingPong_ && kBlockM == 128;  // see turn_taking.hpp
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
@@ -79,6 +83,10 @@ struct Traits {
                                                                            kOWarpgroupOffset));
   using SmemLayoutKV =
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // The first kBlockNLower rows of every K stage, with the stages' own strides.
+  using SmemLayoutKLower = decltype(composition(
+      SmemLayoutKV{}, make_layout(Shape<Int<kBlockNLower>, Int<kHeadDim>, Int<kStages>>{},
+                                  Stride<_1, Int<kBlockN>, Int<kBlockN * kHeadDim>>{})));
   // V is stored like K (head_dim contiguous). For O += P V it is the B operand with N = head_dim,
   // so read the same bytes through a (head_dim, key) view: an MN-major operand, which 16-bit wgmma
   // accepts directly, so no transpose pass is needed.
@@ -90,6 +98,11 @@ struct Traits {
   using MmaAtomLayout = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      MmaAtomLayout{}));
+  // The lower part of a K block (kBlockNLower keys), whose S accumulator is the first registers
+  // of the whole block's, column group for column group.
+  using TiledMmaQKLower = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockNLower>, Int<kHeadDim>>>(),
       MmaAtomLayout{}));
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,

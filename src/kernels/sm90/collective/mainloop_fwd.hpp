@@ -277,9 +277,13 @@ struct CollectiveMainloopFwd {
     // R2UR moves of its descriptor).
     int const warpgroup_thread = __shfl_sync(0xffffffff, thread / 128, 0) * 128;
     Tensor tSrQ = mma_qk.get_thread_slice(warpgroup_thread).partition_fragment_A(sQ);
-    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);  // (MMA, MMA_N, MMA_K, stages)
+    typename Traits::TiledMmaQKLower mma_qk_lower;
+    Tensor tSrK_lower = mma_qk_lower.get_thread_slice(thread).partition_fragment_B(
+        make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKLower{}));
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor s = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    constexpr int kLower = Traits::kBlockNLower;
     Tensor s_rc = rowcol_view(s);
     Tensor coords =
         rowcol_view(thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
@@ -346,12 +350,33 @@ struct CollectiveMainloopFwd {
     TurnTaking<Traits::kPingPong> const turns{thread / 128};
     int n = tile.n_block_max - 1;
     float correction[kRows];
+    // The first block visited, the top one, holds the right mask edge and the key residue. Where
+    // they hide its upper columns from all of this warpgroup's rows (the diagonal block of a
+    // causal tile, for its first warpgroup), both GEMMs of the block take only its lower kLower
+    // keys, and the PV GEMM none when no column is visible (a QK^T skipped outright made ptxas
+    // serialise the kernel's wgmmas, warning C7515). The scores left out keep whatever the
+    // registers held: the block is then masked (some of the tile's rows do not see it whole), and
+    // mask_scores selects -inf for each of them, so their probabilities are 0 and the PV GEMM may
+    // skip them.
+    int const top_columns = tile.visible_columns<Traits>(p, row0 + warpgroup_thread / 2, n);
     pipes.k.consumer_wait(state.k);
     turns.wait();
-    warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
+    Tensor s_lower = partition_fragment_C(mma_qk_lower, Shape<Int<kBlockM>, Int<kLower>>{});
+    if (top_columns > kLower) {
+      warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
+    } else {
+      warpgroup_gemm<true, -1>(mma_qk_lower, tSrQ, tSrK_lower(_, _, _, state.k.index()), s_lower);
+    }
     turns.pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(s);
+    warpgroup_fence_operand(s_lower);
+    if (top_columns <= kLower) {
+      // The lower part's accumulator is the first columns of S's, column group for column group:
+      // copied after the wait (a wgmma writing into part of S's registers drew C7515 too).
+      CUTE_UNROLL
+      for (int i = 0; i < size(s_lower); ++i) s(i) = s_lower(i);
+    }
     pipes.k.consumer_release(state.k);
     ++state.k;
     if (n == tile.n_block_min) q_done();
@@ -359,6 +384,16 @@ struct CollectiveMainloopFwd {
     Tensor p_frag = convert_fragment<Element>(s);
     Tensor p_a = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     bool first_pv = true;
+    // O = P V of the top block (O's first product, so it overwrites O).
+    auto top_block_pv = [&](int stage) {
+      if (top_columns > kLower) {
+        warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, stage), o);
+      } else if (top_columns > 0) {
+        warpgroup_gemm<true, -1, kLower / 16>(mma_pv, p_a, tOrV(_, _, _, stage), o);
+      } else {
+        warpgroup_commit_batch();  // P is 0 and O already clear; the batch keeps the wait counts
+      }
+    };
 
     for (--n; n >= tile.n_block_min; --n) {
       pipes.k.consumer_wait(state.k);
@@ -366,7 +401,7 @@ struct CollectiveMainloopFwd {
       warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
       pipes.v.consumer_wait(state.v);
       if (first_pv) {
-        warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
+        top_block_pv(state.v.index());
       } else {
         warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
       }
@@ -391,7 +426,7 @@ struct CollectiveMainloopFwd {
     pipes.v.consumer_wait(state.v);
     turns.wait();
     if (first_pv) {
-      warpgroup_gemm<true, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
+      top_block_pv(state.v.index());
     } else {
       warpgroup_gemm<false, -1>(mma_pv, p_a, tOrV(_, _, _, state.v.index()), o);
     }
