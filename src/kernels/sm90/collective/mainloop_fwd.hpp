@@ -358,7 +358,11 @@ struct CollectiveMainloopFwd {
     // registers held: the block is then masked (some of the tile's rows do not see it whole), and
     // mask_scores selects -inf for each of them, so their probabilities are 0 and the PV GEMM may
     // skip them.
-    int const top_columns = tile.visible_columns<Traits>(p, row0 + warpgroup_thread / 2, n);
+    // A tile of one warpgroup (64 rows on 64-key blocks) sees its diagonal block whole: the check
+    // is left out there (it cost that tile 2-3% at s <= 1k, bench/NOTES.md).
+    int const top_columns = Traits::kConsumerWarpgroups > 1
+                                ? tile.visible_columns<Traits>(p, row0 + warpgroup_thread / 2, n)
+                                : INT_MAX;
     pipes.k.consumer_wait(state.k);
     turns.wait();
     Tensor s_lower = partition_fragment_C(mma_qk_lower, Shape<Int<kBlockM>, Int<kLower>>{});
