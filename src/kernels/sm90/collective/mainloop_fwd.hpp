@@ -357,9 +357,9 @@ struct CollectiveMainloopFwd {
     // serialise the kernel's wgmmas, warning C7515). The scores left out keep whatever the
     // registers held: the block is then masked (some of the tile's rows do not see it whole), and
     // mask_scores selects -inf for each of them, so their probabilities are 0 and the PV GEMM may
-    // skip them.
-    // A tile of one warpgroup (64 rows on 64-key blocks) sees its diagonal block whole: the check
-    // is left out there (it cost that tile 2-3% at s <= 1k, bench/NOTES.md).
+    // skip them. The warpgroup's rows start at row0 + 64 w (warpgroup_thread / 2). A tile of one
+    // warpgroup (64 rows on 64-key blocks) sees its diagonal block whole: the check is left out
+    // there (it cost that tile 2-3% at s <= 1k, bench/NOTES.md).
     int const top_columns = Traits::kConsumerWarpgroups > 1
                                 ? tile.visible_columns<Traits>(p, row0 + warpgroup_thread / 2, n)
                                 : INT_MAX;
