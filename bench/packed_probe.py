@@ -6,8 +6,11 @@ d 128, h 16, one process).
 
 Patterns: equal lengths (packed and dense run the same tiles: the difference is the packed
 path's own cost), the benchmark's varlen_short draw, and that draw sorted longest first.
+--graph also times each call replayed from a CUDA graph, where the kernel takes the static
+schedule instead of the dynamic one (a captured call cannot use the stream's counters): the
+two schedules on the same tiles.
 
-Usage: python3 bench/packed_probe.py [--heads 16] [--iters 30]
+Usage: python3 bench/packed_probe.py [--heads 16] [--iters 30] [--graph]
 """
 
 import argparse
@@ -40,10 +43,22 @@ def work(lengths, causal):
     return tiles, blocks
 
 
+def graphed(fn):
+    """fn captured into a CUDA graph (after one eager call), as a callable that replays it."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--graph", action="store_true",
+                        help="also time each call replayed from a CUDA graph (static schedule)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("packed_probe.py needs a CUDA device")
@@ -79,6 +94,10 @@ def main():
             line = (f"{'causal' if causal else 'full'} {name}: packed {packed_ms * 1e3:.1f} us "
                     f"{flops / packed_ms / 1e9:.1f} TFLOP/s ({tiles * h} tiles, "
                     f"{blocks * h} blocks)")
+            if args.graph:
+                graph_ms = bench.median_ms(graphed(packed), 10, args.iters)
+                line += (f"; packed static {graph_ms * 1e3:.1f} us (static / dynamic "
+                         f"{graph_ms / packed_ms:.3f})")
             if len(set(lengths)) == 1:
                 dq, dk, dv = (t.view(len(lengths), lengths[0], h, d) for t in (q, k, v))
 
@@ -98,6 +117,9 @@ def main():
                 line += (f"; dense {dense_ms * 1e3:.1f} us (packed / dense "
                          f"{packed_ms / dense_ms:.3f}, outputs {verdict}); cuDNN dense "
                          f"{cudnn_ms * 1e3:.1f} us")
+                if args.graph:
+                    dense_graph_ms = bench.median_ms(graphed(dense), 10, args.iters)
+                    line += f"; dense graphed {dense_graph_ms * 1e3:.1f} us"
             print(line, flush=True)
     # Least squares: time = a * blocks / 132 + b * tiles / 132 + c, per mask.
     for causal, points in fits.items():

@@ -1,9 +1,10 @@
 // The forward epilogue of one consumer warpgroup: normalise O, write the log-sum-exp, stage O in
 // shared memory with stmatrix (O's own buffer, or else the warpgroup's own rows of Q's buffer,
-// free once its last QK^T finished), and store it. A dense problem stores the warpgroup's 64 rows
-// with one TMA store, issued by one thread and not waited for: TMA clips the rows past seqlen_q
-// and the columns past head_dim. A packed batch copies them out with 16-byte stores instead,
-// skipping rows past the sequence's seqlen_q (a TMA box would overwrite the next sequence's).
+// free once its last QK^T finished), and store it. The warpgroup's 64 rows go out with one TMA
+// store, issued by one thread and not waited for: TMA clips the rows past the tensor's end and
+// the columns past head_dim. In a packed batch that holds only where all 64 rows belong to the
+// sequence (a box reaching past its end would overwrite the next sequence's rows): a warpgroup
+// holding the sequence's end copies its rows out with 16-byte stores instead.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -40,11 +41,11 @@ struct CollectiveEpilogueFwd {
     float* lse;  // null = not requested
     int64_t lse_batch_stride, lse_head_stride;
     int head_dim;
-    bool packed;  // a packed batch: 16-byte stores below each sequence's end, not TMA
+    bool packed;  // a packed batch: a warpgroup's rows past the sequence's end are not stored
   };
 
   struct Params {
-    typename Traits::TmaO tma_o;  // dense problems only
+    typename Traits::TmaO tma_o;
     typename Traits::GmemShape shape_o;
     Element* o;
     int64_t o_batch_stride, o_row_stride, o_head_stride;
@@ -54,8 +55,8 @@ struct CollectiveEpilogueFwd {
     bool packed;
   };
 
-  // O has Q's shape. A packed batch stores O without TMA, but its descriptor is built all the
-  // same, over the same rows as Q's (the batch stride of an extent of 1: the row stride).
+  // O has Q's shape; a packed batch's descriptor spans the same rows as Q's (the batch stride of
+  // an extent of 1: the row stride).
   static Arguments to_arguments(AttentionParams const& a) {
     bool const packed = a.cu_seqlens_q != nullptr;
     Arguments args{};
@@ -132,6 +133,14 @@ struct CollectiveEpilogueFwd {
     Tensor staged_src = thr_stage.retile_S(out);
     Tensor staged_dst = thr_stage.partition_D(sO);
     int const warpgroup = thread / 128;
+    // The warpgroup's first row (dense: q_start 0), and whether its 64 rows are all the
+    // sequence's. The branch on it holds a barrier of the warpgroup; taken from lane 0, it is
+    // uniform to ptxas too (computed per thread, it made ptxas serialise every wgmma of the
+    // kernel, warning C7520).
+    int const first_row = row0 + warpgroup * 64;
+    bool const whole_rows =
+        __shfl_sync(0xffffffff, int(!p.packed || first_row + 64 <= tile.seqlen_q), 0) != 0;
+    int const first_token = tile.q_start + first_row;
     int const barrier = barrier_id(BarrierId::kEpilogueWarpgroup0, warpgroup);
     bool const store_issuer = thread % 128 == 0;
     if constexpr (kOwnBuffer) {
@@ -141,16 +150,15 @@ struct CollectiveEpilogueFwd {
     }
     copy(stage_o, staged_src, staged_dst);
 
-    if (!p.packed) {
+    if (whole_rows) {
       // The TMA store reads shared memory through the async proxy: make the stmatrix writes
       // visible to it, then let one thread issue the store once the whole warpgroup wrote.
       tma_store_fence();
       cutlass::arch::NamedBarrier::sync(128, barrier);
       if (store_issuer) {
-        Tensor mO = p.tma_o.get_tma_tensor(p.shape_o)(_, _, head, tile.batch);
-        Tensor gO =
-            local_tile(mO, Shape<_64, Int<kHeadDim>>{},
-                       make_coord(tile.m_block * Traits::kConsumerWarpgroups + warpgroup, _0{}));
+        Tensor mO = domain_offset(make_coord(first_token, _0{}),
+                                  p.tma_o.get_tma_tensor(p.shape_o)(_, _, head, tile.batch));
+        Tensor gO = local_tile(mO, Shape<_64, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
         Tensor sO_warpgroup =
             make_tensor(make_smem_ptr(o_smem + warpgroup * Traits::kOWarpgroupOffset),
                         typename Traits::SmemLayoutOWarpgroup{});
