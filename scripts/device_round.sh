@@ -12,6 +12,8 @@
 #   rows    bench.py's forward rows (plain, then the other default kinds) and the host rows, each
 #           merged into a copy of the committed h200.json -> $OUT/h200.json (a library carried
 #           without a wheel is enough)
+#   seed    bench/seed_probe.py: the seed's own kernel (cubins in SEED_DIR, default .carry/seed)
+#           beside ours_sm80 and SDPA flash in one process -> seed.log
 #   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host rows)
 #   venv    the wheel (VENV_WHEEL, default .whl/) in a fresh virtual environment, one forward
 #           checked against SDPA
@@ -232,6 +234,23 @@ step_bwdab() {
     --out "$OUT/bwdab" ${AB_FLAGS:-} 2>&1 | tee "$OUT/bwdab.log" | tail -n 18
   local rc=${PIPESTATUS[0]}
   summary+=("bwdab: exit $rc")
+}
+
+step_seed() {
+  # The seed's own kernel (cubins the CuTe DSL compiled elsewhere, in SEED_DIR: <mask>[-<tag>].cubin
+  # and <mask>.name, the entry's name) beside ours_sm80 and SDPA flash, one process per cubin.
+  install_wheel || return
+  local dir=${SEED_DIR:-.carry/seed} cubin mask flag
+  for cubin in "$dir"/*.cubin; do
+    mask=$(basename "$cubin" .cubin)
+    mask=${mask%%-*}
+    flag=""
+    [[ $mask == causal ]] && flag=--causal
+    echo "== $cubin" | tee -a "$OUT/seed.log"
+    timeout "${STEP_TIMEOUT_seed:-120}" python3 bench/seed_probe.py --cubin "$cubin" \
+      --kernel "$(cat "$dir/$mask.name")" $flag 2>&1 | tee -a "$OUT/seed.log" | tail -n 4
+  done
+  summary+=("seed: $(grep -c '^seed / torch_flash' "$OUT/seed.log") cubins timed")
 }
 
 for step in $STEPS; do
