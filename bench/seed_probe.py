@@ -13,7 +13,7 @@ timing. Timing is bench.py's (bench.median_ms, the sustained state), the three c
 over --rounds rounds, each call's median over the rounds kept.
 
 Usage: python3 bench/seed_probe.py --cubin SEED.cubin --kernel NAME [--causal] [--rounds 3]
-  --kernel is the cubin's entry name (the .entry of the PTX the DSL writes beside it).
+  scripts/compile_seed_cubin.py writes the cubin and, beside it, --kernel's entry name.
 """
 
 import argparse

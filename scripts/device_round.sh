@@ -237,8 +237,8 @@ step_bwdab() {
 }
 
 step_seed() {
-  # The seed's own kernel (cubins the CuTe DSL compiled elsewhere, in SEED_DIR: <mask>[-<tag>].cubin
-  # and <mask>.name, the entry's name) beside ours_sm80 and SDPA flash, one process per cubin.
+  # The seed's own kernel (cubins from scripts/compile_seed_cubin.py, in SEED_DIR: <mask>[-<tag>]
+  # .cubin and <mask>.name, the entry's name) beside ours_sm80 and SDPA flash, one process each.
   install_wheel || return
   local dir=${SEED_DIR:-.carry/seed} cubin mask flag
   for cubin in "$dir"/*.cubin; do
