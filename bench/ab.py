@@ -8,7 +8,8 @@ library on the same input buffers, and new / old. With --kind bwd the rows are b
 rows and the timed call is fc_backward (dq, dk and dv from one forward's output and LSE, run once
 by the old library; each build with its own workspace), rated by bench.flops. With --kind varlen
 they are bench.py's varlen and varlen_short rows, one forward over the packed sequences (rated by
-their useful FLOPs, as bench.py rates them).
+their useful FLOPs, as bench.py rates them). With --kind modifiers they are bench.py's softcap and
+alibi rows (softcap 30; ALiBi with bench.py's slopes), rated as the plain call of the same shape.
 
 How: both .so files are opened with ctypes.CDLL (RTLD_LOCAL, two handles, each with its own
 statically linked CUDA runtime) and called through their C ABI directly, each with an
@@ -29,8 +30,8 @@ every impl passes, 1 when one fails the criteria; a correctness failure raises b
 of that row.
 
 Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
-       [--kind plain|bwd|varlen] [--rows quick|plain] [--match REGEX] [--impls ours,ours_sm80]
-       [--rounds 3] [--warmup 10] [--iters 30]
+       [--kind plain|bwd|varlen|modifiers] [--rows quick|plain] [--match REGEX]
+       [--impls ours,ours_sm80] [--rounds 3] [--warmup 10] [--iters 30]
 --match keeps the rows whose label (as printed, e.g. "b4 s8192 h16 d128 bf16 full") it matches,
 so two libraries built with only some head dims can be compared on those.
 The commit defaults to $FLASHCUTE_COMMIT or `git rev-parse HEAD`, the old commit to
@@ -128,12 +129,18 @@ class Library:
         a.family = fclib.FAMILIES[family]
         a.stream = torch.cuda.current_stream().cuda_stream or None
 
-    def args(self, r, family, q, k, v, o, lse=None, cu_seqlens=None):
+    def args(self, r, family, q, k, v, o, lse=None, cu_seqlens=None, modifiers=None):
         """An fc_forward_args for dense (b, s, h, d) tensors, or packed (tokens, h, d) ones with
-        cu_seqlens (the same for queries and keys), filled as flashcute.forward does."""
+        cu_seqlens (the same for queries and keys), filled as flashcute.forward does; modifiers:
+        bench.modifier_options of a softcap or alibi row (the slopes tensor kept alive by the
+        caller)."""
         a = fclib.FcForwardArgs()
         self.lib.fc_forward_args_init(ctypes.byref(a))
         self._fill_problem(a, r, family)
+        if modifiers:
+            a.softcap = modifiers.get("softcap", 0.0)
+            slopes = modifiers.get("alibi_slopes")
+            a.alibi_slopes = slopes.data_ptr() if slopes is not None else None
         if cu_seqlens is None:
             a.q, a.k, a.v, a.o = (fclib.FcTensor(t.data_ptr(), *t.stride()[:3])
                                   for t in (q, k, v, o))
@@ -201,6 +208,8 @@ def open_libraries(old_path, new_path, keep):
 def select_rows(kind, which, match=None):
     if kind == "varlen":
         rows = [r for r in bench.feature_rows() if r["kind"] in bench.VARLEN_KINDS]
+    elif kind == "modifiers":
+        rows = [r for r in bench.feature_rows() if r["kind"] in bench.MODIFIER_KINDS]
     else:
         rows = bench.bwd_rows() if kind == "bwd" else bench.plain_rows()
     if match is not None:
@@ -221,7 +230,8 @@ def select_rows(kind, which, match=None):
 
 def label(r):
     heads = f"h{r['h']}" if r["h"] == r["hk"] else f"h{r['h']}/{r['hk']}"
-    kind = f"{r['kind']} " if r.get("kind") in bench.VARLEN_KINDS else ""
+    shown = bench.VARLEN_KINDS + bench.MODIFIER_KINDS
+    kind = f"{r['kind']} " if r.get("kind") in shown else ""
     return (f"{kind}b{r['b']} s{r['sq']} {heads} d{r['d']} {r['dtype']} "
             f"{'causal' if r['causal'] else 'full'}")
 
@@ -295,10 +305,11 @@ def time_pair(r, calls, args):
     return rates
 
 
-def forward_calls(r, libs, family, q, k, v, cu_seqlens):
+def forward_calls(r, libs, family, q, k, v, cu_seqlens, modifiers=None):
     """Each build's fc_forward into its own output: (outs, args, calls), outs as lists."""
     outs = {name: [torch.empty_like(q)] for name in libs}
-    fc_args = {name: lib.args(r, family, q, k, v, outs[name][0], cu_seqlens=cu_seqlens)
+    fc_args = {name: lib.args(r, family, q, k, v, outs[name][0], cu_seqlens=cu_seqlens,
+                              modifiers=modifiers)
                for name, lib in libs.items()}
     return outs, fc_args, {name: lib.caller(fc_args[name]) for name, lib in libs.items()}
 
@@ -328,6 +339,7 @@ def backward_calls(r, libs, family, q, k, v, dout):
 def run_row(r, libs, args, log):
     q, k, v, cu_seqlens = make_inputs(r)
     dout = torch.randn_like(q) if args.kind == "bwd" else None
+    modifiers = bench.modifier_options(r) if r.get("kind") in bench.MODIFIER_KINDS else None
     entries = []
     for impl, family in args.impls:
         if args.kind == "bwd":
@@ -337,7 +349,7 @@ def run_row(r, libs, args, log):
                 continue
             outs, fc_args, calls = made
         else:
-            outs, fc_args, calls = forward_calls(r, libs, family, q, k, v, cu_seqlens)
+            outs, fc_args, calls = forward_calls(r, libs, family, q, k, v, cu_seqlens, modifiers)
         verdict = check(r, impl, calls, outs)
         if verdict is None:
             log(f"  {impl}: left out (neither build has a kernel for it)")
@@ -354,7 +366,7 @@ def run_row(r, libs, args, log):
                      bitwise_equal=bitwise, rel_l2=err)
         entries.append(entry)
         del outs, fc_args, calls
-    del q, k, v, cu_seqlens, dout
+    del q, k, v, cu_seqlens, dout, modifiers
     torch.cuda.empty_cache()
     return entries
 
@@ -412,9 +424,10 @@ def main():
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--old-commit", default=os.environ.get("FLASHCUTE_OLD_COMMIT", "unknown"))
     parser.add_argument("--commit", default=os.environ.get("FLASHCUTE_COMMIT") or None)
-    parser.add_argument("--kind", choices=("plain", "bwd", "varlen"), default="plain",
-                        help="the forward's plain rows, the backward's bwd rows, or the forward's "
-                             "varlen and varlen_short rows")
+    parser.add_argument("--kind", choices=("plain", "bwd", "varlen", "modifiers"),
+                        default="plain",
+                        help="the forward's plain rows, the backward's bwd rows, the forward's "
+                             "varlen and varlen_short rows, or its softcap and alibi rows")
     parser.add_argument("--rows", choices=("quick", "plain"), default="plain",
                         help="quick: a few rows (bwd: d 128 with s >= 2k); plain: every row")
     parser.add_argument("--match", help="regular expression over the row labels")
