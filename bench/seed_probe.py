@@ -12,7 +12,8 @@ softmax_scale * log2(e) as a float. Its output is checked against an fp32 refere
 timing. Timing is bench.py's (bench.median_ms, the sustained state), the three calls alternated
 over --rounds rounds, each call's median over the rounds kept.
 
-Usage: python3 bench/seed_probe.py --cubin SEED.cubin --kernel NAME [--causal] [--rounds 3]
+Usage: python3 bench/seed_probe.py --cubin SEED.cubin --kernel NAME [--causal] [--dtype bf16|fp16]
+       [--rounds 3]
   scripts/compile_seed_cubin.py writes the cubin and, beside it, --kernel's entry name.
 """
 
@@ -89,6 +90,8 @@ def main():
     parser.add_argument("--kernel", required=True)
     parser.add_argument("--causal", action="store_true",
                         help="the cubin is the seed's causal kernel (top-left aligned)")
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16",
+                        help="the element type the cubin was compiled for")
     parser.add_argument("--b", type=int, default=4)
     parser.add_argument("--s", type=int, default=8192)
     parser.add_argument("--h", type=int, default=16)
@@ -101,7 +104,8 @@ def main():
     b, s, h, d = args.b, args.s, args.h, 128
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    q, k, v = (torch.randn(b, s, h, d, generator=gen, device="cuda", dtype=torch.bfloat16)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    q, k, v = (torch.randn(b, s, h, d, generator=gen, device="cuda", dtype=dtype)
                for _ in range(3))
     scale = 1 / math.sqrt(d)
     seed = SeedKernel(args.cubin, args.kernel)
@@ -137,7 +141,7 @@ def main():
     rate = {name: flops / statistics.median(t) / 1e9 for name, t in times.items()}
     mask = "causal" if args.causal else "full"
     for name in calls:
-        print(f"b{b} s{s} h{h} d{d} bf16 {mask} {name}: {rate[name]:.1f} TFLOP/s "
+        print(f"b{b} s{s} h{h} d{d} {args.dtype} {mask} {name}: {rate[name]:.1f} TFLOP/s "
               f"(rounds {' '.join(f'{flops / t / 1e9:.0f}' for t in times[name])}; "
               f"rel L2 {errors[name]:.2e})")
     print(f"seed / torch_flash {rate['seed'] / rate['torch_flash']:.3f}, ours_sm80 / torch_flash "

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Compiles the seed (CUTLASS's CuTe DSL FlashAttention-2 example for Ampere) for sm_90a without a
-GPU, for bench/seed_probe.py: writes OUT/<mask>.cubin and OUT/<mask>.name (the kernel's entry).
+GPU, for bench/seed_probe.py: writes OUT/<mask>[-fp16].cubin and OUT/<mask>[-fp16].name (the
+kernel's entry); bf16 unless --dtype fp16.
 
 The example's source is not in this repository: pass the file (examples/python/CuTeDSL/ampere/
 flash_attention_v2.py of CUTLASS v4.1, whose text is shared/seed's). It needs the CuTe DSL
@@ -9,6 +10,7 @@ fakes of dynamic shape: b, s, h as int32, their strides int64 and divisible by 8
 dim 128 static, as the example's runner marks its torch tensors.
 
 Usage: python3 scripts/compile_seed_cubin.py --example flash_attention_v2.py --out DIR [--causal]
+       [--dtype bf16|fp16]
 """
 
 import argparse
@@ -30,6 +32,7 @@ def main():
     parser.add_argument("--example", required=True, help="the example's .py file")
     parser.add_argument("--out", required=True)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     args = parser.parse_args()
 
     # The example imports torch at module level for its runner only.
@@ -46,13 +49,15 @@ def main():
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
 
+    element = cutlass.BFloat16 if args.dtype == "bf16" else cutlass.Float16
+
     def fake():
         shape = (cute.sym_int32(), cute.sym_int32(), cute.sym_int32(), HEAD_DIM)
         strides = tuple(cute.sym_int64(divisibility=8) for _ in range(3)) + (1,)
-        return make_fake_tensor(cutlass.BFloat16, shape, strides, assumed_align=16)
+        return make_fake_tensor(element, shape, strides, assumed_align=16)
 
     kernel = example.FlashAttentionForwardAmpere(HEAD_DIM, BLOCK_M, BLOCK_N, THREADS, args.causal)
-    mask = "causal" if args.causal else "noncausal"
+    mask = ("causal" if args.causal else "noncausal") + ("-fp16" if args.dtype == "fp16" else "")
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as dump:
         cute.compile(kernel, fake(), fake(), fake(), fake(), cutlass.Float32(0.5),

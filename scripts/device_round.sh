@@ -237,18 +237,21 @@ step_bwdab() {
 }
 
 step_seed() {
-  # The seed's own kernel (cubins from scripts/compile_seed_cubin.py, in SEED_DIR: <mask>[-<tag>]
-  # .cubin and <mask>.name, the entry's name) beside ours_sm80 and SDPA flash, one process each.
+  # The seed's own kernel (cubins from scripts/compile_seed_cubin.py in SEED_DIR, each with its
+  # entry's name in <stem>.name, or in that of its stem without the last -tag) beside ours_sm80
+  # and SDPA flash, one process per cubin. A stem says the mask (causal...) and fp16 if it is.
   install_wheel || return
-  local dir=${SEED_DIR:-.carry/seed} cubin mask flag
+  local dir=${SEED_DIR:-.carry/seed} cubin stem name flags
   for cubin in "$dir"/*.cubin; do
-    mask=$(basename "$cubin" .cubin)
-    mask=${mask%%-*}
-    flag=""
-    [[ $mask == causal ]] && flag=--causal
+    stem=$(basename "$cubin" .cubin)
+    name="$dir/$stem.name"
+    [[ -f $name ]] || name="$dir/${stem%-*}.name"
+    flags=""
+    [[ $stem == causal* ]] && flags+=" --causal"
+    [[ $stem == *fp16* ]] && flags+=" --dtype fp16"
     echo "== $cubin" | tee -a "$OUT/seed.log"
     timeout "${STEP_TIMEOUT_seed:-120}" python3 bench/seed_probe.py --cubin "$cubin" \
-      --kernel "$(cat "$dir/$mask.name")" $flag 2>&1 | tee -a "$OUT/seed.log" | tail -n 4
+      --kernel "$(cat "$name")" $flags 2>&1 | tee -a "$OUT/seed.log" | tail -n 4
   done
   summary+=("seed: $(grep -c '^seed / torch_flash' "$OUT/seed.log") cubins timed")
 }
