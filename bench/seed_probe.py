@@ -131,7 +131,7 @@ def main():
         errors[name] = bench.rel_l2(out[:1, :, :2], reference)
         if not errors[name] < 1e-2:
             sys.exit(f"{name}: relative L2 error {errors[name]:.3g} against fp32: not timed")
-    flops = 4 * b * h * s * s * d / (2 if args.causal else 1)
+    flops = bench.dense_flops(bench.row(b, s, h, d, args.causal, args.dtype))
     bench.warm_up_gpu()
     times = {name: [] for name in calls}
     for r in range(args.rounds):
