@@ -13,8 +13,9 @@ in a moment the others do not share.
 
 bench/README.md describes the JSON. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
-"torch_cudnn", "torch_efficient" (SDPA with that backend forced). One that cannot run a row is left
-out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, softcap and alibi
+"torch_cudnn", "torch_efficient" (SDPA with that backend forced), and "fa3" (FlashAttention-3's
+forward, bench/fa3_peer.py) when FLASHCUTE_FA3_LIB names its library. One that cannot run a row is
+left out of it. Feature rows carry "kind": gqa, varlen, varlen_short, window, lse, softcap and alibi
 (ours with the score modifier, beside "ours_plain": the same call without it), bwd (the backward:
 ours and SDPA's flash and cuDNN backends through autograd) and decode (one query against a KV
 cache: flash_attn_with_kvcache, contiguous and paged, against SDPA; GB/s of cache read); bwd and
@@ -55,7 +56,14 @@ except ImportError:
     import flashcute
     from flashcute import mask
 
+sys.path.insert(0, str(HERE))
+import fa3_peer  # noqa: E402
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# FlashAttention-3's forward (bench/fa3_peer.py), when FLASHCUTE_FA3_LIB names its library: the
+# "fa3" column of these kinds' rows.
+FA3 = fa3_peer.load()
+FA3_KINDS = ("plain", "gqa", "varlen", "varlen_short")
 PEERS = {
     "torch_flash": SDPBackend.FLASH_ATTENTION,
     "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -301,15 +309,18 @@ def our_callables(r, q, k, v):
     return calls
 
 
-def varlen_callables(r, q, k, v):
-    """Ours over the packed sequences; ours_padded runs the padded batch q, k, v as a dense call."""
+def packed(r, q, k, v):
+    """Each sequence's first n tokens of the padded buffers, packed: (q, k, v, int32 cu_seqlens,
+    longest sequence)."""
     lengths = r["seqlens"]
     cu = torch.tensor([0] + lengths, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
-    # Pack each sequence's first n tokens from the padded buffers.
-    qp = torch.cat([q[i, :n] for i, n in enumerate(lengths)])
-    kp = torch.cat([k[i, :n] for i, n in enumerate(lengths)])
-    vp = torch.cat([v[i, :n] for i, n in enumerate(lengths)])
-    longest = max(lengths)
+    qp, kp, vp = (torch.cat([x[i, :n] for i, n in enumerate(lengths)]) for x in (q, k, v))
+    return qp, kp, vp, cu, max(lengths)
+
+
+def varlen_callables(r, q, k, v):
+    """Ours over the packed sequences; ours_padded runs the padded batch q, k, v as a dense call."""
+    qp, kp, vp, cu, longest = packed(r, q, k, v)
     calls = {}
     for name, family in OUR_FAMILIES:
         if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
@@ -319,6 +330,16 @@ def varlen_callables(r, q, k, v):
             max_seqlen_k=longest, causal=r["causal"], family=fam))(family)
     calls["ours_padded"] = lambda: flashcute.forward(q, k, v, causal=r["causal"])
     return calls
+
+
+def fa3_callable(r, q, k, v):
+    """FlashAttention-3 on the row (packed for the varlen kinds), or None where it has no kernel."""
+    if FA3 is None or kind_of(r) not in FA3_KINDS or not FA3.supports(q.dtype, r["d"]):
+        return None
+    if kind_of(r) in VARLEN_KINDS:
+        qp, kp, vp, cu, longest = packed(r, q, k, v)
+        return lambda: FA3.forward(qp, kp, vp, r["causal"], cu_seqlens=cu, max_seqlen=longest)
+    return lambda: FA3.forward(q, k, v, r["causal"])
 
 
 def peer_callable(r, q, k, v):
@@ -409,19 +430,28 @@ def run_row(r, args, log):
 
     varlen = r.get("kind") in VARLEN_KINDS
     ours = varlen_callables(r, q, k, v) if varlen else our_callables(r, q, k, v)
+    fa3 = fa3_callable(r, q, k, v)
+    if fa3 is not None:
+        ours["fa3"] = fa3
+    reference, reference_name = peer_out, "SDPA"
     for name, fn in ours.items():
         try:
             out = fn()
             torch.cuda.synchronize()
-        except (flashcute.FlashCuteError, ValueError) as error:
+        except (flashcute.FlashCuteError, ValueError, RuntimeError) as error:
             log(f"  {name}: left out ({error})")
             continue
         out = out[0] if isinstance(out, tuple) else out
-        if peer_out is not None and name != "ours_padded":
-            err = rel_l2(out, peer_out)
+        if reference is not None and name != "ours_padded":
+            err = rel_l2(out, reference)
             if not err <= CHECK_REL_L2:
-                log(f"  {name}: WRONG (relative L2 {err:.3g} against SDPA): not timed")
+                log(f"  {name}: WRONG (relative L2 {err:.3g} against {reference_name}): "
+                    "not timed")
                 continue
+        if reference is None and name == "ours":
+            # Packed rows have no SDPA output: the columns after ours (FlashAttention-3 among
+            # them) are checked against ours, which the test suite checks against fp32.
+            reference, reference_name = out, "ours"
         del out
         # The padded varlen batch is rated by the work it does (padding included), so that
         # ours / ours_padded compares per-FLOP rates; every other column counts useful work.
@@ -646,8 +676,9 @@ def summary(rows):
     """One line a row: each implementation's TFLOP/s and ours / cuDNN (and, for the backward,
     ours_sm80 / SDPA flash, FlashAttention-2's backward); decode rows (GB/s) in a table of their
     own."""
-    names = ["ours", "ours_sm80", "ours_sm90", "torch_flash", "torch_cudnn", "torch_efficient"]
-    short = ["ours", "sm80", "sm90", "flash", "cudnn", "effic"]
+    names = ["ours", "ours_sm80", "ours_sm90", "torch_flash", "torch_cudnn", "torch_efficient",
+             "fa3"]
+    short = ["ours", "sm80", "sm90", "flash", "cudnn", "effic", "fa3"]
     mha = {(r["b"], r["sq"], r["h"], r["d"], r["causal"], r["dtype"]): r["tflops"].get("ours")
            for r in rows if "kind" not in r}
     decode = [r for r in rows if "gbps" in r]
@@ -672,6 +703,8 @@ def summary(rows):
             note = f"  vs plain {t['ours'] / t['ours_plain']:.2f}"
         elif r.get("kind") == "window" and t.get("ours"):
             note = f"  ours {flops(r) / (t['ours'] * 1e12) * 1e3:.3f} ms"
+        if t.get("ours") and t.get("fa3"):
+            note += f"  ours/fa3 {t['ours'] / t['fa3']:.2f}"
         lines.append(f"{label(r):<50}{cells}{ratio}{note}")
     if decode:
         names = ["ours", "ours_paged", "ours_sm80", "torch_flash", "torch_cudnn"]

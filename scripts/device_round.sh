@@ -26,6 +26,8 @@
 #           B:S:H:D[:HK][:causal]): our main kernel, then cuDNN's -> bwd-{ours,cudnn}-*.txt/csv
 #   bwdab   bench/ab.py --kind bwd: the backward of this build against AB_OLD_LIB in one process
 #           (default rows: d 128 with s >= 2k; AB_FLAGS: more bench/ab.py flags) -> bwdab.log
+# bench and rows add FlashAttention-3's forward ("fa3") to the plain, gqa and packed rows when
+# FLASHCUTE_FA3_LIB names the library scripts/build_fa3_peer.sh builds.
 # Nsight Compute runs with --clock-control none: the card's clocks are left as they are.
 # Each step has a time cap (STEP_TIMEOUT_<step>, seconds). Logs and results go to $OUT (or
 # ./device-out); a short summary is printed last.
