@@ -5,7 +5,7 @@
 # bench/fa3_peer.py loads (FLASHCUTE_FA3_LIB) to add an "fa3" column to bench.py's rows.
 #   scripts/build_fa3_peer.sh <flash-attention checkout> <CUTLASS include dir> <output dir>
 # Use the CUTLASS commit the checkout pins (its csrc/cutlass submodule), as its own build does.
-# Nothing here is part of the library or of CI. About 20 minutes on two cores (sm_90a only).
+# Nothing here is part of the library or of CI. About 5 minutes on two cores (sm_90a only).
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then
