@@ -318,9 +318,10 @@ def packed(r, q, k, v):
     return qp, kp, vp, cu, max(lengths)
 
 
-def varlen_callables(r, q, k, v):
-    """Ours over the packed sequences; ours_padded runs the padded batch q, k, v as a dense call."""
-    qp, kp, vp, cu, longest = packed(r, q, k, v)
+def varlen_callables(r, q, k, v, packing):
+    """Ours over the packed sequences (`packing`, from packed()); ours_padded runs the padded batch
+    q, k, v as a dense call."""
+    qp, kp, vp, cu, longest = packing
     calls = {}
     for name, family in OUR_FAMILIES:
         if family != "auto" and not flashcute.compiled_tile_configs(family, r["dtype"], r["d"]):
@@ -332,12 +333,13 @@ def varlen_callables(r, q, k, v):
     return calls
 
 
-def fa3_callable(r, q, k, v):
-    """FlashAttention-3 on the row (packed for the varlen kinds), or None where it has no kernel."""
+def fa3_callable(r, q, k, v, packing=None):
+    """FlashAttention-3 on the row (on `packing`, from packed(), for the varlen kinds), or None
+    where it has no kernel."""
     if FA3 is None or kind_of(r) not in FA3_KINDS or not FA3.supports(q.dtype, r["d"]):
         return None
-    if kind_of(r) in VARLEN_KINDS:
-        qp, kp, vp, cu, longest = packed(r, q, k, v)
+    if packing is not None:
+        qp, kp, vp, cu, longest = packing
         return lambda: FA3.forward(qp, kp, vp, r["causal"], cu_seqlens=cu, max_seqlen=longest)
     return lambda: FA3.forward(q, k, v, r["causal"])
 
@@ -429,8 +431,9 @@ def run_row(r, args, log):
     peer_out = None if r.get("kind") in VARLEN_KINDS else peer_out  # the padded batch differs
 
     varlen = r.get("kind") in VARLEN_KINDS
-    ours = varlen_callables(r, q, k, v) if varlen else our_callables(r, q, k, v)
-    fa3 = fa3_callable(r, q, k, v)
+    packing = packed(r, q, k, v) if varlen else None
+    ours = varlen_callables(r, q, k, v, packing) if varlen else our_callables(r, q, k, v)
+    fa3 = fa3_callable(r, q, k, v, packing)
     if fa3 is not None:
         ours["fa3"] = fa3
     reference, reference_name = peer_out, "SDPA"

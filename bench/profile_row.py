@@ -45,7 +45,7 @@ def main():
     if args.kind == "plain":
         ours = bench.our_callables(r, q, k, v)
     else:
-        ours = bench.varlen_callables(r, q, k, v)
+        ours = bench.varlen_callables(r, q, k, v, bench.packed(r, q, k, v))
     for name in args.impls:
         if name in bench.PEERS:
             fn = bench.peer_callable(r, q, k, v)

@@ -92,21 +92,14 @@ int fa3_peer_forward(Fa3PeerArgs const* a, cudaStream_t stream) {
   p.v_ptr = a->v;
   p.o_ptr = a->out;
   p.softmax_lse_ptr = a->lse;
-  p.q_row_stride = a->q_row_stride;
-  p.k_row_stride = a->k_row_stride;
-  p.v_row_stride = a->v_row_stride;
-  p.o_row_stride = a->o_row_stride;
-  p.q_head_stride = a->q_head_stride;
-  p.k_head_stride = a->k_head_stride;
-  p.v_head_stride = a->v_head_stride;
-  p.o_head_stride = a->o_head_stride;
+  // Element strides; the batch strides are 0 for packed tensors (bench/fa3_peer.py).
+  p.q_batch_stride = a->q_batch_stride, p.q_row_stride = a->q_row_stride;
+  p.k_batch_stride = a->k_batch_stride, p.k_row_stride = a->k_row_stride;
+  p.v_batch_stride = a->v_batch_stride, p.v_row_stride = a->v_row_stride;
+  p.o_batch_stride = a->o_batch_stride, p.o_row_stride = a->o_row_stride;
+  p.q_head_stride = a->q_head_stride, p.k_head_stride = a->k_head_stride;
+  p.v_head_stride = a->v_head_stride, p.o_head_stride = a->o_head_stride;
   p.v_dim_stride = 1;
-  if (!packed) {
-    p.q_batch_stride = a->q_batch_stride;
-    p.k_batch_stride = a->k_batch_stride;
-    p.v_batch_stride = a->v_batch_stride;
-    p.o_batch_stride = a->o_batch_stride;
-  }
   p.cu_seqlens_q = static_cast<int*>(a->cu_seqlens_q);
   p.cu_seqlens_k = static_cast<int*>(a->cu_seqlens_k);
 
