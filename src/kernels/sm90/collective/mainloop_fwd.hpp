@@ -300,7 +300,21 @@ struct CollectiveMainloopFwd {
       return;
     }
 
+    // The turns started once per kernel and run on across tiles.
+    TurnTaking<Traits::kPingPong> const turns{thread / 128};
     int const row0 = tile.m_block * kBlockM;
+    if constexpr (Traits::kConsumerWarpgroups > 1) {
+      // A warpgroup whose rows all lie past the sequence's end (in a tile that holds its last 64
+      // rows or fewer) has nothing to compute; it keeps step with the others. Taken from lane 0,
+      // the condition is uniform to ptxas (computed per thread, a branch around wgmma code made
+      // it serialise them, warning C7520).
+      bool const idle =
+          __shfl_sync(0xffffffff, int(row0 + warpgroup_thread / 2 >= tile.seqlen_q), 0) != 0;
+      if (idle) {
+        keep_step(pipes, state, tile, turns, q_done);
+        return;
+      }
+    }
     // A positive scale is applied inside the softmax (its row maximum is then the raw scores'
     // maximum times the scale); any other scale multiplies the scores first.
     bool const scale_first = !(p.scale_log2 > 0.f);
@@ -346,8 +360,6 @@ struct CollectiveMainloopFwd {
       }
     };
 
-    // The turns started once per kernel and run on across tiles.
-    TurnTaking<Traits::kPingPong> const turns{thread / 128};
     int n = tile.n_block_max - 1;
     float correction[kRows];
     // The first block visited, the top one, holds the right mask edge and the key residue. Where
@@ -437,6 +449,33 @@ struct CollectiveMainloopFwd {
     turns.pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(o);
+    pipes.v.consumer_release(state.v);
+    ++state.v;
+  }
+
+  // What a warpgroup without rows does for one tile: as many turns as mma() takes (one per key
+  // block and one for the last PV GEMM) and every K/V stage waited for and released in mma()'s
+  // order, since the pipelines count on each consumer thread's release of each stage.
+  template <class QDone>
+  CUTE_DEVICE static void keep_step(Pipelines& pipes, ConsumerState& state, TileInfo const& tile,
+                                    TurnTaking<Traits::kPingPong> const& turns,
+                                    QDone const& q_done) {
+    for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
+      turns.wait();
+      turns.pass();
+      pipes.k.consumer_wait(state.k);
+      pipes.k.consumer_release(state.k);
+      ++state.k;
+      if (n == tile.n_block_min) q_done();
+      if (n < tile.n_block_max - 1) {
+        pipes.v.consumer_wait(state.v);
+        pipes.v.consumer_release(state.v);
+        ++state.v;
+      }
+    }
+    turns.wait();
+    turns.pass();
+    pipes.v.consumer_wait(state.v);
     pipes.v.consumer_release(state.v);
     ++state.v;
   }
