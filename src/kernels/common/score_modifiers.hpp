@@ -80,7 +80,10 @@ struct ScoreTransform {
   float softcap_inner;     // softmax_scale / softcap
   float softcap_outer;     // softcap * log2(e); 0 = no softcap
   float alibi_slope_log2;  // slope * log2(e); 0 = no ALiBi
-  bool fold_scale;         // plain path: the softmax applies scale_log2 itself
+  // What add_alibi multiplies a distance by: slope * log2(e), over scale_log2 when the scale is
+  // folded (the bias then joins the raw scores, which the softmax scales).
+  float alibi_factor;
+  bool fold_scale;     // the softmax applies scale_log2 itself (no softcap; with ALiBi, scale > 0)
   bool fold_softcap;   // softcap alone: scores stay tanh values, the softmax applies softcap_outer
   float masked_value;  // what a hidden score becomes
 
@@ -96,11 +99,15 @@ struct ScoreTransform {
       softcap_outer = m.softcap > 0.f ? m.softcap * kLog2e : 0.f;
       softcap_inner = m.softcap > 0.f ? m.softmax_scale / m.softcap : 0.f;
       alibi_slope_log2 = alibi_slope * kLog2e;
-      fold_scale = softcap_outer == 0.f && alibi_slope_log2 == 0.f && scale_log2 != 0.f;
+      // ALiBi alone with a positive scale keeps the scale in the softmax (whose policies may take
+      // a positive scale only): a score then costs ALiBi an FADD and an FFMA, not an FMUL more.
+      fold_scale = softcap_outer == 0.f && scale_log2 != 0.f &&
+                   (alibi_slope_log2 == 0.f || scale_log2 > 0.f);
       fold_softcap = softcap_outer != 0.f && alibi_slope_log2 == 0.f;
+      alibi_factor = fold_scale ? alibi_slope_log2 / scale_log2 : alibi_slope_log2;
     } else {
       // Constants, so that the compiler removes every modifier pass.
-      softcap_outer = softcap_inner = alibi_slope_log2 = 0.f;
+      softcap_outer = softcap_inner = alibi_slope_log2 = alibi_factor = 0.f;
       fold_scale = true;
       fold_softcap = false;
     }
@@ -170,7 +177,7 @@ struct ScoreTransform {
         CUTE_UNROLL
         for (int c = 0; c < size<1>(scores); ++c) {
           float const offset = float(int(get<1>(coords(0, c))) - first_col);
-          scores(r, c) -= alibi_slope_log2 * fabsf(distance0 - offset);
+          scores(r, c) -= alibi_factor * fabsf(distance0 - offset);
         }
       }
     }
