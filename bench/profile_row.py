@@ -28,7 +28,8 @@ def main():
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--dtype", default="bf16", choices=sorted(bench.DTYPES))
     parser.add_argument("--impls", nargs="+", default=["torch_cudnn", "ours"],
-                        help="among ours, ours_sm80, ours_sm90 and bench.PEERS")
+                        help="among ours, ours_sm80, ours_sm90, bench.PEERS and fa3 "
+                        "(FlashAttention-3, when FLASHCUTE_FA3_LIB names its library)")
     args = parser.parse_args()
 
     if args.kind == "plain":
@@ -43,9 +44,14 @@ def main():
     gen.manual_seed(0)
     q, k, v = bench.make_inputs(r, gen)
     if args.kind == "plain":
+        packing = None
         ours = bench.our_callables(r, q, k, v)
     else:
-        ours = bench.varlen_callables(r, q, k, v, bench.packed(r, q, k, v))
+        packing = bench.packed(r, q, k, v)
+        ours = bench.varlen_callables(r, q, k, v, packing)
+    fa3 = bench.fa3_callable(r, q, k, v, packing)
+    if fa3 is not None:
+        ours["fa3"] = fa3
     for name in args.impls:
         if name in bench.PEERS:
             fn = bench.peer_callable(r, q, k, v)

@@ -20,7 +20,8 @@
 #   sweep   bench/tile_sweep.py: every compiled tile of a family (SWEEP_FLAGS: --family sm90 ...)
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
-#           flags) -> peers-details.txt: launch shape, registers, throughputs of each kernel;
+#           flags; PEERS_IMPLS: the implementations, default "torch_cudnn ours"; "fa3" needs
+#           FLASHCUTE_FA3_LIB) -> peers-details.txt: launch shape, registers, throughputs of each kernel;
 #           peers-sass.csv: stall samples per instruction (scripts/sass_stalls.py reads it)
 #   bwdpeers Nsight Compute (every section) on one backward row (BWD_ROW, bench/bwd_kernels.py's
 #           B:S:H:D[:HK][:causal]): our main kernel, then cuDNN's -> bwd-{ours,cudnn}-*.txt/csv
@@ -189,12 +190,13 @@ step_peers() {
   local flags=${PEERS_FLAGS:-"--b 32 --s 512 --h 32 --d 64 --causal"}
   local ncu ranges=()
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for impl in torch_cudnn ours; do ranges+=(--nvtx-include "$impl/"); done
+  local impls=${PEERS_IMPLS:-"torch_cudnn ours"}
+  for impl in $impls; do ranges+=(--nvtx-include "$impl/"); done
   timeout "${STEP_TIMEOUT_peers:-240}" "$ncu" --clock-control none --nvtx "${ranges[@]}" \
     --section LaunchStats --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section SourceCounters --import-source no \
-    -f -o "$OUT/peers" python3 bench/profile_row.py $flags >"$OUT/peers.log" 2>&1
+    -f -o "$OUT/peers" python3 bench/profile_row.py $flags --impls $impls >"$OUT/peers.log" 2>&1
   "$ncu" --import "$OUT/peers.ncu-rep" --page details >"$OUT/peers-details.txt" 2>&1
   "$ncu" --import "$OUT/peers.ncu-rep" --page source --print-source sass --csv \
     >"$OUT/peers-sass.csv" 2>&1
