@@ -21,8 +21,8 @@
 #   profile Nsight Compute on one runner problem (PROFILE_FLAGS) -> profile-*.txt/csv
 #   peers   Nsight Compute on one benchmark row, ours beside cuDNN (PEERS_FLAGS: bench/profile_row.py
 #           flags; PEERS_IMPLS: the implementations, default "torch_cudnn ours"; "fa3" needs
-#           FLASHCUTE_FA3_LIB) -> peers-details.txt: launch shape, registers, throughputs of each kernel;
-#           peers-sass.csv: stall samples per instruction (scripts/sass_stalls.py reads it)
+#           FLASHCUTE_FA3_LIB) -> peers-details.txt: launch shape, registers, throughputs of each
+#           kernel; peers-sass.csv: stall samples per instruction (scripts/sass_stalls.py reads it)
 #   bwdpeers Nsight Compute (every section) on one backward row (BWD_ROW, bench/bwd_kernels.py's
 #           B:S:H:D[:HK][:causal]): our main kernel, then cuDNN's -> bwd-{ours,cudnn}-*.txt/csv
 #   bwdab   bench/ab.py --kind bwd: the backward of this build against AB_OLD_LIB in one process
