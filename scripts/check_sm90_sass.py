@@ -11,10 +11,14 @@ For each sm90 kernel (one line each: its traits, registers at entry, local memor
   log only).
 Forward kernels:
 - no local memory (LDL/STL: spills);
-- in every main-loop iteration some exponentials (MUFU.EX2) lie between the wait for S
-  (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for the PV GEMM (... 0x0): the softmax overlaps the
-  PV GEMM. A register-starved kernel once had ptxas move the second wait before the softmax,
-  which cost 10% with no warning.
+- without ping-pong, in every main-loop iteration some exponentials (MUFU.EX2) lie between the
+  wait for S (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for the PV GEMM (... 0x0): the softmax
+  overlaps the PV GEMM. A register-starved kernel once had ptxas move the second wait before the
+  softmax, which cost 10% with no warning.
+- with ping-pong (the other warpgroup's GEMMs cover the softmax), ptxas may move the wait for
+  the PV GEMM into the exponentials; then P's conversions (F2FP) must lie among them, in every
+  iteration without a branch between the softmax and the conversion (the mainloop's unmasked
+  step at least).
 Backward kernels:
 - at most LOCAL_BUDGET local-memory instructions for their head dim.
 """
@@ -101,6 +105,20 @@ def softmax_overlaps(instructions):
     return counts
 
 
+def conversions_among_exponentials(instructions):
+    """Per wait for S: the conversions (F2FP) between its first and its last exponential."""
+    counts, window = [], None
+    for ins in instructions + ["WARPGROUP.DEPBAR.LE gsb0, 0x1"]:
+        if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in ins or "HGMMA" in ins:
+            if window is not None:
+                mufu = [i for i, op in enumerate(window) if op == "MUFU"]
+                counts.append(sum(op == "F2FP" for op in window[mufu[0]:mufu[-1]]) if mufu else 0)
+            window = [] if "DEPBAR" in ins else None
+        elif window is not None:
+            window.append("MUFU" if "MUFU.EX2" in ins else "F2FP" if "F2FP" in ins else "")
+    return counts
+
+
 def report(label, resources, instructions, problems, detail):
     """Prints one kernel's line; 1 when it failed."""
     hgmma = sum("HGMMA" in i for i in instructions)
@@ -135,14 +153,22 @@ def main():
             if MODIFIERS.search(name):
                 label += " softcap/ALiBi"
             local = local_instructions(instructions)
-            overlaps = softmax_overlaps(instructions)
             problems = gemm_problems(instructions)
             if local:
                 problems.append(f"{local} local-memory instructions")
-            if not overlaps or min(overlaps) == 0:
-                problems.append(f"softmax does not overlap PV (exponentials per window {overlaps})")
-            failures += report(label, resources.get(name, "?"), instructions, problems,
-                               f"overlap {overlaps}")
+            ping_pong = m is not None and m.group(6) == "1" and m.group(3) == "128"
+            if ping_pong:
+                overlaps = conversions_among_exponentials(instructions)
+                detail = f"conversions among exponentials {overlaps}"
+                if not overlaps or max(overlaps) == 0:
+                    problems.append("P is not converted amid the softmax")
+            else:
+                overlaps = softmax_overlaps(instructions)
+                detail = f"overlap {overlaps}"
+                if not overlaps or min(overlaps) == 0:
+                    problems.append(f"softmax does not overlap PV (exponentials per window "
+                                    f"{overlaps})")
+            failures += report(label, resources.get(name, "?"), instructions, problems, detail)
         for name, instructions in kernels(sass, "backward"):
             seen += 1
             m = BACKWARD_TRAITS.search(name)

@@ -8,7 +8,8 @@
 // of every K/V block into all of the cluster's CTAs, whose consumers all release each stage.
 // Consumer (one warpgroup per 64 query rows): within an iteration the warpgroup issues
 // S = Q K_n^T and O += P_{n+1} V_{n+1} back to back, then runs the softmax of S_n while the PV
-// wgmma is still in the tensor cores: the exp2 work hides under the GEMM. Once the last QK^T has
+// wgmma is still in the tensor cores: the exp2 work hides under the GEMM (under ping-pong, ptxas
+// may end that wait amid the exponentials and convert P among them). Once the last QK^T has
 // read Q, the consumers tell the producer (when O has its own buffer) so that the next tile's Q
 // loads under this tile's tail.
 // Softcap and ALiBi (kModifiers) go through the shared score transform (kernels/common/
@@ -318,14 +319,13 @@ struct CollectiveMainloopFwd {
     // A positive scale is applied inside the softmax (its row maximum is then the raw scores'
     // maximum times the scale); any other scale multiplies the scores first.
     bool const scale_first = !(p.scale_log2 > 0.f);
-    // Scores of a block become probabilities in place; blocks with hidden pairs are masked with
-    // -inf first. Returns whether O needs rescaling.
+    // Scores of a block become probabilities in place; a masked block has its hidden pairs set to
+    // -inf first, and takes the scale first when it is not positive (such calls mask every block:
+    // is_masked). Returns whether O needs rescaling.
     // kModifiers: softcap or ALiBi (the slope of this sequence and query head) first.
     ScoreTransform<kModifiers> const transform(p.scale_log2, p.modifiers, work.batch, work.head);
-    auto softmax_step = [&](int n, float(&correction)[kRows]) -> bool {
-      bool const masked = n >= tile.n_block_mask || n < tile.n_block_left_mask;
+    auto softmax_step = [&](int n, bool masked, float(&correction)[kRows]) -> bool {
       if constexpr (kModifiers) {
-        // As below, the unmasked steps have copies of their own.
         if (!masked && transform.defers_softcap()) {
           return softmax.update(s_rc, transform.capped_scores(), correction);
         }
@@ -333,31 +333,26 @@ struct CollectiveMainloopFwd {
         AttentionMask const mask = TileInfo::make_mask(p, tile);
         transform.cap_or_scale(s_rc);
         transform.add_alibi(s_rc, coords, row0, key0, mask);
-        if (masked) {
-          mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
-          return softmax.update(s_rc, transform.exp2_multiplier(), correction);
-        }
+        if (masked) mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
         return softmax.update(s_rc, transform.exp2_multiplier(), correction);
-      } else {
-        if (scale_first || masked) {
-          float scale = p.scale_log2;
-          if (scale_first) {
-            scale_scores(s_rc, scale);
-            scale = 1.f;
-          }
-          if (masked) {
-            // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
-            // across the loop; dense problems take it from the parameters.
-            TileInfo const seq = TileInfo::make<Traits>(p, work);
-            mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN,
-                        TileInfo::make_mask(p, seq));
-          }
-          return softmax.update(s_rc, scale, correction);
+      } else if (masked) {
+        float scale = p.scale_log2;
+        if (scale_first) {
+          scale_scores(s_rc, scale);
+          scale = 1.f;
         }
-        // The steady state has a copy of its own: one path for both made ptxas wait for the PV
-        // GEMM before the softmax.
+        // The sequence is looked up again (cu_seqlens, in L1) rather than kept in registers
+        // across the loop; dense problems take it from the parameters.
+        TileInfo const seq = TileInfo::make<Traits>(p, work);
+        mask_scores(s_rc, coords, row0, seq.key0<Traits>(p, n), n * kBlockN,
+                    TileInfo::make_mask(p, seq));
+        return softmax.update(s_rc, scale, correction);
+      } else {
         return softmax.update(s_rc, p.scale_log2, correction);
       }
+    };
+    auto is_masked = [&](int n) {
+      return scale_first || n >= tile.n_block_mask || n < tile.n_block_left_mask;
     };
 
     int n = tile.n_block_max - 1;
@@ -396,7 +391,7 @@ struct CollectiveMainloopFwd {
     pipes.k.consumer_release(state.k);
     ++state.k;
     if (n == tile.n_block_min) q_done();
-    softmax_step(n, correction);
+    softmax_step(n, is_masked(n), correction);
     Tensor p_frag = convert_fragment<Element>(s);
     Tensor p_a = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     bool first_pv = true;
@@ -411,7 +406,16 @@ struct CollectiveMainloopFwd {
       }
     };
 
-    for (--n; n >= tile.n_block_min; --n) {
+    // One key block after the first. Under ping-pong, masked and unmasked blocks each have a copy
+    // of the whole step (masked is a constant in each, always inlined), which runs from the GEMMs'
+    // issue to P's conversion without a branch: ptxas then waits for the PV GEMM amid the
+    // exponentials and converts each pair of probabilities as it is ready, while the other
+    // warpgroup's GEMMs keep the tensor cores busy. Without ping-pong nothing else covers the
+    // softmax, so one copy keeps the softmax paths' join between it and the wait for the PV GEMM,
+    // which ptxas would otherwise move above the exponentials (bench/NOTES.md has the A/B). With
+    // the wait and the conversion in each path ptxas serialised the wgmmas (C7515); a step not
+    // inlined, too (C7520, and spills).
+    auto step = [&](int n, bool masked) __attribute__((always_inline)) {
       pipes.k.consumer_wait(state.k);
       turns.wait();
       warpgroup_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, state.k.index()), s);
@@ -428,15 +432,27 @@ struct CollectiveMainloopFwd {
       pipes.k.consumer_release(state.k);
       ++state.k;
       if (n == tile.n_block_min) q_done();
-      // Rows keep their reference maximum most of the time: the warp skips O's rescale unless one
-      // of its rows moved.
-      bool const rescale = __any_sync(0xffffffff, softmax_step(n, correction));
+      bool const moved = softmax_step(n, masked, correction);
       warpgroup_wait<0>();
       warpgroup_fence_operand(o);
+      p_frag = convert_fragment<Element>(s);  // the PV GEMM has read the previous P
+      // Rows keep their reference maximum most of the time: the warp skips O's rescale unless one
+      // of its rows moved.
+      bool const rescale = __any_sync(0xffffffff, moved);
       pipes.v.consumer_release(state.v);
       ++state.v;
       if (rescale) Softmax::scale_rows(o_rc, correction);
-      p_frag = convert_fragment<Element>(s);
+    };
+    for (--n; n >= tile.n_block_min; --n) {
+      if constexpr (Traits::kPingPong) {
+        if (is_masked(n)) {
+          step(n, true);
+        } else {
+          step(n, false);
+        }
+      } else {
+        step(n, is_masked(n));
+      }
     }
 
     pipes.v.consumer_wait(state.v);
