@@ -18,8 +18,9 @@ are compared (relative L2 must stay below 1e-2, for the backward each of dq, dk 
 they are bitwise equal is reported).
 Timing is bench.py's: GEMMs first bring the clock up from idle (bench.warm_up_gpu), then
 bench.median_ms (warm-up calls, then a GPU sleep, more warm-up calls filling bench.SETTLE_MS of
-GPU time and the median of CUDA-event-timed calls, all queued behind the sleep, so host overhead
-never shows and every timed call sees the GPU's sustained state). To cancel clock and power
+GPU time and the median of CUDA-event-timed calls spanning bench.SPAN_MS of GPU time, all queued
+behind the sleep, so host overhead never shows and the timed calls sample the GPU's sustained
+state, whose clock swings over about a second). To cancel clock and power
 drift, each (row, impl) alternates the two builds over --rounds rounds (old new, new old, old
 new, ...) and keeps each build's median over the rounds. FLOPs are bench.dense_flops (4 b h sq
 sk d, halved for causal; the backward 2.5 times that).

@@ -2,14 +2,15 @@
 """Times flashcute against PyTorch SDPA's backends and writes bench/results/<gpu>.json.
 
 Every implementation is timed the same way, in this one process: the same input buffers each call
-(warm L2), `--warmup` calls, then the median of `--iters` calls, each between two CUDA events. A
-GPU sleep queued before the timed calls lets the CPU enqueue them all ahead of the GPU, so host
-overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch; warm-up calls
-queued behind the sleep keep the GPU busy for at least SETTLE_MS before the first timed call, so
-that every timed call sees the GPU in the state sustained work puts it in. Each row times
-every implementation `--rounds` times in rotating order and keeps the median, and a few seconds
-of GEMMs before the first row bring the clock up from idle, so that no implementation is measured
-in a moment the others do not share.
+(warm L2), `--warmup` calls, then the median of at least `--iters` calls, each between two CUDA
+events. A GPU sleep queued before the timed calls lets the CPU enqueue them all ahead of the GPU,
+so host overhead (Python checks, dispatch) never shows as GPU time, for us or for PyTorch; warm-up
+calls queued behind the sleep keep the GPU busy for at least SETTLE_MS before the first timed call,
+and the timed calls span at least SPAN_MS of GPU time, so that their median is a call in the state
+sustained work puts the GPU in, whose clock swings over about a second under the power limit. Each
+row times every implementation `--rounds` times in rotating order and keeps the median, and a few
+seconds of GEMMs before the first row bring the clock up from idle, so that no implementation is
+measured in a moment the others do not share.
 
 bench/README.md describes the JSON. Implementations: "ours" (the library's own choice of kernel),
 "ours_sm80" / "ours_sm90" (a forced family, when it has kernels for the row), "torch_flash",
@@ -220,18 +221,23 @@ def decode_bytes(r):
 # ---------------------------------------------------------------------------------------------
 # Timing
 
-# After some 50 ms of continuous work the GPU's power limit sets its clock, up to ~10% lower for
-# the backward (bench/NOTES.md); the warm-up calls queued ahead of the timed ones fill at least
-# this much GPU time, so that every timed call runs in the state a sustained workload sees, never
-# astride the step.
-SETTLE_MS = 80.0
+# Under sustained work the GPU's power limit sets its clock, and the clock does not hold still:
+# after an idle spell a call runs up to 10% faster for its first ~0.1 s, and then, call after call
+# of the same kernel, the time a call takes swings by 5-15% over periods of about a second (H100
+# at its 700 W limit, bench/clock_probe.py --trace; bench/NOTES.md). Twenty calls in a row sample
+# one moment of that swing, so the same kernel timed twice read up to 6% apart. The timed calls
+# therefore follow SETTLE_MS of untimed ones and span SPAN_MS of GPU time, and their median is the
+# sustained state's typical call.
+SETTLE_MS = 300.0
+SPAN_MS = 1000.0
 
 
-def queued_call_ms(fn, warmup, iters):
-    """GPU milliseconds of `iters` calls of fn, in call order, each between two CUDA events, queued
-    behind a GPU sleep together with the warm-up calls that precede them: at least `warmup` calls
-    and SETTLE_MS of GPU time. The sleep lasts at least twice as long as the host takes to queue
-    them all, so that the GPU never waits for the host."""
+def queued_call_ms(fn, warmup, iters, span_ms=SPAN_MS):
+    """GPU milliseconds of the timed calls of fn, in call order, each between two CUDA events:
+    at least `iters` calls and `span_ms` of GPU time. They queue behind a GPU sleep together with
+    the warm-up calls that precede them: at least `warmup` calls and SETTLE_MS of GPU time. The
+    sleep (at least 0.1 s) gives the host twice the lead it needs so that the GPU never waits for
+    it."""
     for _ in range(warmup):  # the first calls may allocate or initialise
         fn()
     torch.cuda.synchronize()
@@ -245,9 +251,12 @@ def queued_call_ms(fn, warmup, iters):
     torch.cuda.synchronize()
     gpu_ms = max(start.elapsed_time(end) / warmup, 1e-3)
     settle = max(warmup, math.ceil(SETTLE_MS / gpu_ms))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    sleep_s = max(0.1, 2 * host_s * (settle + iters))
+    timed = max(iters, math.ceil(span_ms / gpu_ms))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(timed)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(timed)]
+    # Events around each timed call cost the host some 20 us more than the warm-up calls.
+    behind_s = max(0.0, host_s + 2e-5 - gpu_ms / 1e3) * (settle + timed)
+    sleep_s = max(0.1, 2 * behind_s)
     torch.cuda._sleep(int(sleep_s * 2e9))  # cycles, at about 2 GHz
     for _ in range(settle):
         fn()
@@ -735,7 +744,7 @@ def main():
     parser.add_argument("--out", help="output folder, or a .json path (default bench/results/)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=1,
                         help="times each implementation this many times per row, in rotating order")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--merge", help="results file whose rows of the labels measured now this "

@@ -148,7 +148,7 @@ def main():
                 continue
             parts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(times.items(),
                                                                  key=lambda kv: -kv[1]))
-            calls = [ms * 1e3 for ms in queued_call_ms(fn, 5, args.queued)]
+            calls = [ms * 1e3 for ms in queued_call_ms(fn, 5, args.queued, span_ms=0)]
             call = statistics.median(calls)
             print(f"  {name}: {total:.0f} us ({flops / total / 1e6:.0f} TFLOP/s), a call "
                   f"{call:.0f} us by events: {parts}")
