@@ -3,7 +3,7 @@
 //
 // Producer (one thread of the producer warpgroup): Q arrives once per tile on its own barrier; K
 // and V stream through their pipelines in the order the consumers use them (last key block
-// first). The pipelines run on across tiles, so the next tile's first K/V blocks load while the
+// first), K one block ahead of V. The pipelines run on across tiles, so the next tile's first K/V blocks load while the
 // consumers finish the current one. In a cluster (Traits::kClusterM), each CTA loads its slice
 // of every K/V block into all of the cluster's CTAs, whose consumers all release each stage.
 // Consumer (one warpgroup per 64 query rows): within an iteration the warpgroup issues
@@ -219,20 +219,37 @@ struct CollectiveMainloopFwd {
       smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
       copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
     };
-    publish_work(smem, tiles, work.m_block, work.head, work.batch);
-    if (tile.n_block_max <= tile.n_block_min) load_q();
-
-    for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
-      // A cluster kernel runs dense problems only: no shifted block, and no view of one kept in
-      // the producer's few registers.
+    // A cluster kernel runs dense problems only: no shifted block, and no view of one kept in the
+    // producer's few registers.
+    auto load_k = [&](int n, PipelineState const& at) {
       bool const last = kClusterM == 1 && n == n_last;
-      pipes.k.producer_acquire(state);
-      copy(p.tma_k.with(*pipes.k.producer_get_barrier(state), kv_mask),
-           last ? tKg_last(_, n) : tKg(_, n), tKs(_, state.index()));
-      if (n == tile.n_block_max - 1) load_q();
-      pipes.v.producer_acquire(state);
-      copy(p.tma_v.with(*pipes.v.producer_get_barrier(state), kv_mask),
-           last ? tVg_last(_, n) : tVg(_, n), tVs(_, state.index()));
+      pipes.k.producer_acquire(at);
+      copy(p.tma_k.with(*pipes.k.producer_get_barrier(at), kv_mask),
+           last ? tKg_last(_, n) : tKg(_, n), tKs(_, at.index()));
+    };
+    auto load_v = [&](int n, PipelineState const& at) {
+      bool const last = kClusterM == 1 && n == n_last;
+      pipes.v.producer_acquire(at);
+      copy(p.tma_v.with(*pipes.v.producer_get_barrier(at), kv_mask),
+           last ? tVg_last(_, n) : tVg(_, n), tVs(_, at.index()));
+    };
+    publish_work(smem, tiles, work.m_block, work.head, work.batch);
+    if (tile.n_block_max <= tile.n_block_min) {
+      load_q();
+      return;
+    }
+    // K runs one block ahead of V: the consumers free a K stage when S is ready, mid-step, but a
+    // V stage only when the step's PV GEMM is done, so K(n - 1) goes out before the wait for V(n)'s
+    // stage and does not queue behind it.
+    load_k(tile.n_block_max - 1, state);
+    load_q();
+    for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
+      if (n > tile.n_block_min) {
+        PipelineState next = state;
+        ++next;
+        load_k(n - 1, next);
+      }
+      load_v(n, state);
       ++state;
     }
   }
