@@ -156,6 +156,7 @@ def main():
             problems = gemm_problems(instructions)
             if local:
                 problems.append(f"{local} local-memory instructions")
+            # traits.hpp's rule: Traits::kPingPong is the template flag and kBlockM == 128.
             ping_pong = m is not None and m.group(6) == "1" and m.group(3) == "128"
             if ping_pong:
                 overlaps = conversions_among_exponentials(instructions)
