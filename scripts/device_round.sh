@@ -9,9 +9,10 @@
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
 #   accuracy bench/accuracy.py: each family's and SDPA's error against fp64 -> <gpu>-accuracy.json
-#   rows    bench.py's forward rows (plain, then the other default kinds) and the host rows, each
-#           merged into a copy of the committed h200.json -> $OUT/h200.json (a library carried
-#           without a wheel is enough)
+#   rows    bench.py's plain forward rows (about 7 minutes), merged into a copy of the tree's
+#           h200.json -> $OUT/h200.json (a library carried without a wheel is enough)
+#   features bench.py's other forward kinds and the host rows, merged the same way (in a call of
+#           its own: with the plain rows it would pass a device command's 10 minutes)
 #   seed    bench/seed_probe.py: the seed's own kernel (cubins in SEED_DIR, default .carry/seed)
 #           beside ours_sm80 and SDPA flash in one process -> seed.log
 #   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host rows)
@@ -93,20 +94,27 @@ step_bench() {
 }
 
 step_rows() {
-  # Every forward row of h200.json for this build in the sustained state, one round each (each
-  # timing spans a second of calls; the plain sweep takes about 7 minutes, then the feature
-  # kinds), and the host rows, merged into a copy of the committed file: $OUT/h200.json replaces
-  # bench/results/h200.json once checked.
+  # The plain forward rows of h200.json for this build in the sustained state, one round each
+  # (each timing spans a second of calls: about 7 minutes), merged into a copy of the results
+  # file in this tree: $OUT/h200.json replaces bench/results/h200.json once checked.
   install_wheel || return
-  local flags="--rounds 1 --warmup 5 --iters 20 --no-plot" merged="$OUT/h200.json"
+  local merged="$OUT/h200.json"
   cp bench/results/h200.json "$merged"
-  timeout "${STEP_TIMEOUT_rows_plain:-480}" python3 bench/bench.py --kinds plain $flags \
-    --merge "$merged" --out "$merged" >"$OUT/rows-plain.log" 2>&1
+  timeout "${STEP_TIMEOUT_rows:-540}" python3 bench/bench.py --kinds plain --rounds 1 --warmup 5 \
+    --iters 20 --no-plot --merge "$merged" --out "$merged" >"$OUT/rows-plain.log" 2>&1
   summary+=("rows plain: exit $?")
-  timeout "${STEP_TIMEOUT_rows_other:-240}" python3 bench/bench.py \
-    --kinds gqa,varlen,varlen_short,window,lse,softcap,alibi $flags --merge "$merged" \
-    --out "$merged" >"$OUT/rows-other.log" 2>&1
-  summary+=("rows other kinds: exit $?")
+}
+
+step_features() {
+  # The feature kinds' forward rows and the host rows, the same way, merged into a copy of the
+  # results file in this tree (carry the plain rows' h200.json there first when both are wanted).
+  install_wheel || return
+  local merged="$OUT/h200.json"
+  cp bench/results/h200.json "$merged"
+  timeout "${STEP_TIMEOUT_features:-300}" python3 bench/bench.py \
+    --kinds gqa,varlen,varlen_short,window,lse,softcap,alibi --rounds 1 --warmup 5 --iters 20 \
+    --no-plot --merge "$merged" --out "$merged" >"$OUT/rows-features.log" 2>&1
+  summary+=("rows features: exit $?")
   step_host "$merged"
 }
 
