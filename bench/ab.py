@@ -17,13 +17,13 @@ fc_forward_args filled by its own fc_forward_args_init. Before a row is timed, t
 are compared (relative L2 must stay below 1e-2, for the backward each of dq, dk and dv; whether
 they are bitwise equal is reported).
 Timing is bench.py's: GEMMs first bring the clock up from idle (bench.warm_up_gpu), then
-bench.median_ms (warm-up calls, then a GPU sleep, more warm-up calls filling bench.SETTLE_MS of
-GPU time and the median of CUDA-event-timed calls spanning bench.SPAN_MS of GPU time, all queued
-behind the sleep, so host overhead never shows and the timed calls sample the GPU's sustained
-state, whose clock swings over about a second). To cancel clock and power
-drift, each (row, impl) alternates the two builds over --rounds rounds (old new, new old, old
-new, ...) and keeps each build's median over the rounds. FLOPs are bench.dense_flops (4 b h sq
-sk d, halved for causal; the backward 2.5 times that).
+bench.median_ms (warm-up calls, then a GPU sleep, more warm-up calls filling bench.SETTLE_MS of GPU
+time and the median of CUDA-event-timed calls spanning bench.SPAN_MS of GPU time, all queued behind
+the sleep, so host overhead never shows and the timed calls sample the GPU's sustained state, whose
+clock swings over about a second). To cancel clock and power drift, each (row, impl) alternates the
+two builds over --rounds rounds (old new, new old, old new, ...; default 2, each timing spanning a
+second) and keeps each build's median over the rounds. FLOPs are bench.dense_flops (4 b h sq sk d,
+halved for causal; the backward 2.5 times that).
 
 Writes DIR/<gpu>-ab.json (h200-ab.json on an H200) and prints a table, per impl the median and the
 minimum of new / old, and PASS/FAIL for median >= 0.99 and minimum >= 0.97. Exit status: 0 when
@@ -32,7 +32,7 @@ of that row.
 
 Usage: python3 bench/ab.py --old OLD.so --new NEW.so --out DIR [--old-commit SHA] [--commit SHA]
        [--kind plain|bwd|varlen|modifiers] [--rows quick|plain] [--match REGEX]
-       [--impls ours,ours_sm80] [--rounds 3] [--warmup 10] [--iters 30]
+       [--impls ours,ours_sm80] [--rounds 2] [--warmup 10] [--iters 30]
 --match keeps the rows whose label (as printed, e.g. "b4 s8192 h16 d128 bf16 full") it matches,
 so two libraries built with only some head dims can be compared on those.
 The commit defaults to $FLASHCUTE_COMMIT or `git rev-parse HEAD`, the old commit to
@@ -434,7 +434,7 @@ def main():
     parser.add_argument("--match", help="regular expression over the row labels")
     parser.add_argument("--impls", default=",".join(name for name, _ in IMPLS),
                         help="comma-separated implementations to compare (ours, ours_sm80)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=30)
     args = parser.parse_args()
