@@ -208,8 +208,13 @@ struct CollectiveMainloopFwd {
       return tma_partition(tma, rank, Layout<Int<kClusterM>>{}, group_modes<0, 2>(sX),
                            group_modes<0, 2>(gX));
     };
-    auto [tKg, tKs] = kv_blocks(p.tma_k, mK, sK, 0);
-    auto [tVg, tVs] = kv_blocks(p.tma_v, mV, sV, 0);
+    // Named, not structured bindings, so that the lambdas below may capture them (C++17).
+    auto const k_parts = kv_blocks(p.tma_k, mK, sK, 0);
+    auto const v_parts = kv_blocks(p.tma_v, mV, sV, 0);
+    auto const& tKg = get<0>(k_parts);
+    auto const& tKs = get<1>(k_parts);
+    auto const& tVg = get<0>(v_parts);
+    auto const& tVs = get<1>(v_parts);
     Tensor tKg_last = get<0>(kv_blocks(p.tma_k, mK, sK, shift));
     Tensor tVg_last = get<0>(kv_blocks(p.tma_v, mV, sV, shift));
 
