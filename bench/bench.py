@@ -230,6 +230,10 @@ def decode_bytes(r):
 # sustained state's typical call.
 SETTLE_MS = 300.0
 SPAN_MS = 1000.0
+# Calls the host queues more slowly than the GPU runs them (a decode call of some microseconds)
+# need a GPU sleep as long as the host's lag over every queued call; fewer of them are queued, so
+# that the sleep stays under this.
+MAX_SLEEP_S = 0.5
 
 
 def queued_call_ms(fn, warmup, iters, span_ms=SPAN_MS):
@@ -237,7 +241,7 @@ def queued_call_ms(fn, warmup, iters, span_ms=SPAN_MS):
     at least `iters` calls and `span_ms` of GPU time. They queue behind a GPU sleep together with
     the warm-up calls that precede them: at least `warmup` calls and SETTLE_MS of GPU time. The
     sleep (at least 0.1 s) gives the host twice the lead it needs so that the GPU never waits for
-    it."""
+    it; where that would pass MAX_SLEEP_S, both kinds of calls are cut in proportion."""
     for _ in range(warmup):  # the first calls may allocate or initialise
         fn()
     torch.cuda.synchronize()
@@ -252,11 +256,15 @@ def queued_call_ms(fn, warmup, iters, span_ms=SPAN_MS):
     gpu_ms = max(start.elapsed_time(end) / warmup, 1e-3)
     settle = max(warmup, math.ceil(SETTLE_MS / gpu_ms))
     timed = max(iters, math.ceil(span_ms / gpu_ms))
+    # Events around each timed call cost the host some 20 us more than the warm-up calls.
+    lag_s = max(0.0, host_s + 2e-5 - gpu_ms / 1e3)
+    room = max(warmup + iters, int(MAX_SLEEP_S / (2 * lag_s))) if lag_s > 0 else settle + timed
+    if settle + timed > room:
+        settle = max(warmup, room * settle // (settle + timed))
+        timed = max(iters, room - settle)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(timed)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(timed)]
-    # Events around each timed call cost the host some 20 us more than the warm-up calls.
-    behind_s = max(0.0, host_s + 2e-5 - gpu_ms / 1e3) * (settle + timed)
-    sleep_s = max(0.1, 2 * behind_s)
+    sleep_s = max(0.1, 2 * lag_s * (settle + timed))
     torch.cuda._sleep(int(sleep_s * 2e9))  # cycles, at about 2 GHz
     for _ in range(settle):
         fn()
