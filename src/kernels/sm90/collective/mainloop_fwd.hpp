@@ -247,8 +247,9 @@ struct CollectiveMainloopFwd {
     if constexpr (Traits::kPingPong) {
       // K runs one block ahead of V: the consumers free a K stage when S is ready, mid-step, but
       // a V stage only when the step's PV GEMM is done, so K(n - 1) goes out before the wait for
-      // V(n)'s stage rather than behind it. Measured on ping-pong tiles only (d 128 s 2k causal
-      // +2.9%, the others +0-1%); the tiles without ping-pong (d 64) lost 1-1.6% with it.
+      // V(n)'s stage rather than behind it. It gained d 128 s 2k causal 2.9% and the other
+      // ping-pong rows 0-1%; the tiles without ping-pong (d 64) lost 1-1.6% with it, so they
+      // keep each block's K and V together.
       load_k(tile.n_block_max - 1, state);
       load_q();
       for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
