@@ -148,7 +148,7 @@ def main():
             with context():
                 fn()
                 torch.cuda.synchronize()
-                call_ms = max(bench.median_ms(fn, 3, 5), 1e-3)
+                call_ms = max(statistics.median(bench.queued_call_ms(fn, 3, 5, span_ms=0)), 1e-3)
                 if args.trace:
                     print_trace(name, trace(fn, args.seconds, args.idle,
                                             max(1, int(5.0 / call_ms))))
