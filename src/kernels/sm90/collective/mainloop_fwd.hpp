@@ -225,19 +225,20 @@ struct CollectiveMainloopFwd {
       smem.bar_q.arrive_and_expect_tx(Traits::kBytesQ);
       copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.bar_q), 0), get<0>(tQ), get<1>(tQ));
     };
-    // A cluster kernel runs dense problems only: no shifted block, and no view of one kept in the
-    // producer's few registers.
-    auto load_k = [&](int n, PipelineState const& at) {
+    // Block n of K or V into the stage of `at`. A cluster kernel runs dense problems only: no
+    // shifted block, and no view of one kept in the producer's few registers.
+    auto load_block = [&](auto& pipe, auto const& tma, auto const& tXg, auto const& tXg_last,
+                          auto const& tXs, int n, PipelineState const& at) {
       bool const last = kClusterM == 1 && n == n_last;
-      pipes.k.producer_acquire(at);
-      copy(p.tma_k.with(*pipes.k.producer_get_barrier(at), kv_mask),
-           last ? tKg_last(_, n) : tKg(_, n), tKs(_, at.index()));
+      pipe.producer_acquire(at);
+      copy(tma.with(*pipe.producer_get_barrier(at), kv_mask), last ? tXg_last(_, n) : tXg(_, n),
+           tXs(_, at.index()));
+    };
+    auto load_k = [&](int n, PipelineState const& at) {
+      load_block(pipes.k, p.tma_k, tKg, tKg_last, tKs, n, at);
     };
     auto load_v = [&](int n, PipelineState const& at) {
-      bool const last = kClusterM == 1 && n == n_last;
-      pipes.v.producer_acquire(at);
-      copy(p.tma_v.with(*pipes.v.producer_get_barrier(at), kv_mask),
-           last ? tVg_last(_, n) : tVg(_, n), tVs(_, at.index()));
+      load_block(pipes.v, p.tma_v, tVg, tVg_last, tVs, n, at);
     };
     publish_work(smem, tiles, work.m_block, work.head, work.batch);
     if (tile.n_block_max <= tile.n_block_min) {
@@ -247,9 +248,8 @@ struct CollectiveMainloopFwd {
     if constexpr (Traits::kPingPong) {
       // K runs one block ahead of V: the consumers free a K stage when S is ready, mid-step, but
       // a V stage only when the step's PV GEMM is done, so K(n - 1) goes out before the wait for
-      // V(n)'s stage rather than behind it. It gained d 128 s 2k causal 2.9% and the other
-      // ping-pong rows 0-1%; the tiles without ping-pong (d 64) lost 1-1.6% with it, so they
-      // keep each block's K and V together.
+      // V(n)'s stage rather than behind it. Tiles without ping-pong (d 64) ran slower with this
+      // order (bench/NOTES.md), so they keep each block's K and V together.
       load_k(tile.n_block_max - 1, state);
       load_q();
       for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
