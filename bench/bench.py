@@ -225,9 +225,8 @@ def decode_bytes(r):
 # after an idle spell a call runs up to 10% faster for its first ~0.1 s, and then, call after call
 # of the same kernel, the time a call takes swings by 5-15% over periods of about a second (H100
 # at its 700 W limit, bench/clock_probe.py --trace; bench/NOTES.md). Twenty calls in a row sample
-# one moment of that swing, so the same kernel timed twice read up to 6% apart. The timed calls
-# therefore follow SETTLE_MS of untimed ones and span SPAN_MS of GPU time, and their median is the
-# sustained state's typical call.
+# one moment of that swing. The timed calls therefore follow SETTLE_MS of untimed ones and span
+# SPAN_MS of GPU time, and their median is the sustained state's typical call.
 SETTLE_MS = 300.0
 SPAN_MS = 1000.0
 # Calls the host queues more slowly than the GPU runs them (a decode call of some microseconds)

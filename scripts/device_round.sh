@@ -93,29 +93,29 @@ step_bench() {
     tee "$OUT/bench.log" | tail -n 60
 }
 
-step_rows() {
-  # The plain forward rows of h200.json for this build in the sustained state, one round each
-  # (each timing spans a second of calls: about 7 minutes), merged into a copy of the results
-  # file in this tree: $OUT/h200.json replaces bench/results/h200.json once checked.
+# bench.py's rows of the given kinds for this build in the sustained state, merged into a copy of
+# the results file in this tree: $OUT/h200.json replaces bench/results/h200.json once checked.
+#   merge_rows KINDS TIMEOUT_S LOG
+merge_rows() {
   install_wheel || return
-  local merged="$OUT/h200.json"
-  cp bench/results/h200.json "$merged"
-  timeout "${STEP_TIMEOUT_rows:-540}" python3 bench/bench.py --kinds plain --rounds 1 --warmup 5 \
-    --iters 20 --no-plot --merge "$merged" --out "$merged" >"$OUT/rows-plain.log" 2>&1
+  cp bench/results/h200.json "$OUT/h200.json"
+  timeout "$2" python3 bench/bench.py --kinds "$1" --warmup 5 --iters 20 --no-plot \
+    --merge "$OUT/h200.json" --out "$OUT/h200.json" >"$OUT/$3" 2>&1
+}
+
+step_rows() {
+  # The plain rows: each timing spans a second of calls, about 7 minutes in all.
+  merge_rows plain "${STEP_TIMEOUT_rows:-540}" rows-plain.log
   summary+=("rows plain: exit $?")
 }
 
 step_features() {
-  # The feature kinds' forward rows and the host rows, the same way, merged into a copy of the
-  # results file in this tree (carry the plain rows' h200.json there first when both are wanted).
-  install_wheel || return
-  local merged="$OUT/h200.json"
-  cp bench/results/h200.json "$merged"
-  timeout "${STEP_TIMEOUT_features:-300}" python3 bench/bench.py \
-    --kinds gqa,varlen,varlen_short,window,lse,softcap,alibi --rounds 1 --warmup 5 --iters 20 \
-    --no-plot --merge "$merged" --out "$merged" >"$OUT/rows-features.log" 2>&1
+  # The feature kinds and the host rows (carry the plain rows' h200.json into the tree first when
+  # both are wanted).
+  merge_rows gqa,varlen,varlen_short,window,lse,softcap,alibi "${STEP_TIMEOUT_features:-300}" \
+    rows-features.log
   summary+=("rows features: exit $?")
-  step_host "$merged"
+  step_host "$OUT/h200.json"
 }
 
 step_accuracy() {
