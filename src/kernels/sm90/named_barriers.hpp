@@ -14,6 +14,8 @@ enum class BarrierId : int {
   // in shared memory: ids 7 and 8; its buffer is free again: ids 9 and 10).
   kBackwardDqFullPart0 = 7,
   kBackwardDqEmptyPart0 = 9,
+  // Forward, O staged in V's buffer: every consumer thread (the last PV GEMMs have read V).
+  kEpilogueConsumers = 11,
 };
 
 // The barrier of consumer warpgroup `warpgroup` within a group of barriers.

@@ -1,6 +1,6 @@
 // The forward epilogue of one consumer warpgroup: normalise O, write the log-sum-exp, stage O in
-// shared memory with stmatrix (O's own buffer, or else the warpgroup's own rows of Q's buffer,
-// free once its last QK^T finished), and store it. The warpgroup's 64 rows go out with one TMA
+// shared memory with stmatrix (O's own buffer, or else V's, once every warpgroup's last PV GEMM
+// has read it), and store it. The warpgroup's 64 rows go out with one TMA
 // store, issued by one thread and not waited for: TMA clips the rows past the tensor's end and
 // the columns past head_dim. In a packed batch that holds only where all 64 rows belong to the
 // sequence (a box reaching past its end would overwrite the next sequence's rows): a warpgroup
@@ -17,8 +17,8 @@
 
 namespace flashcute::sm90 {
 
-// kOwnBuffer: O is staged in a buffer of its own (SharedStorage), else in Q's buffer, which the
-// caller then releases after store().
+// kOwnBuffer: O is staged in a buffer of its own (SharedStorage), else in V's buffer, which the
+// caller then releases after store() (the stores have read it by then).
 template <class Traits, bool kOwnBuffer>
 struct CollectiveEpilogueFwd {
   using Element = typename Traits::Element;
@@ -98,7 +98,7 @@ struct CollectiveEpilogueFwd {
     cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
   }
 
-  // o_smem: the staging buffer (this storage's, or Q's).
+  // o_smem: the staging buffer (this storage's, or V's).
   template <class FragO, class Softmax>
   CUTE_DEVICE static void store(Params const& p, Element* o_smem, TileInfo const& tile, int head,
                                 int thread, FragO& o, Softmax& softmax) {
@@ -147,6 +147,10 @@ struct CollectiveEpilogueFwd {
       // The previous tile's store (TMA or the other threads' copy-out) must have read these rows.
       if (store_issuer) tma_store_wait<0>();
       cutlass::arch::NamedBarrier::sync(128, barrier);
+    } else {
+      // V's buffer: every warpgroup's last PV GEMM must have read it (O's rows span its stages).
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads,
+                                        int(BarrierId::kEpilogueConsumers));
     }
     copy(stage_o, staged_src, staged_dst);
 
@@ -166,13 +170,13 @@ struct CollectiveEpilogueFwd {
             p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_warpgroup), group_modes<0, 2>(gO));
         copy(p.tma_o, smem_part, gmem_part);
         tma_store_arrive();
-        // Q's buffer is reloaded (async proxy) as soon as every consumer thread released it.
+        // V's buffer is reloaded (async proxy) once every consumer thread released it.
         if constexpr (!kOwnBuffer) tma_store_wait<0>();
       }
     } else {
       cutlass::arch::NamedBarrier::sync(128, barrier);
       copy_out_packed(p, tile, head, warpgroup, thread % 128, sO);
-      // The next tile's Q is written by TMA (the async proxy) over what these reads just saw.
+      // The next tile's V is written by TMA (the async proxy) over what these reads just saw.
       if constexpr (!kOwnBuffer) cutlass::arch::fence_view_async_shared();
     }
   }

@@ -11,8 +11,10 @@
 // S = Q K_n^T and O += P_{n+1} V_{n+1} back to back, then runs the softmax of S_n while the PV
 // wgmma is still in the tensor cores: the exp2 work hides under the GEMM (under ping-pong, ptxas
 // may end that wait amid the exponentials and convert P among them). Once the last QK^T has
-// read Q, the consumers tell the producer (when O has its own buffer) so that the next tile's Q
-// loads under this tile's tail.
+// read Q, the consumers tell the producer, so that the next tile's Q loads under this tile's tail
+// (the epilogue leaves Q's buffer alone). Where O has no buffer of its own it is staged in V's
+// (kOInV): the producer then holds the next tile's first V load until the epilogue is done with
+// it (bar_o_free); Q and K go out before that wait.
 // Softcap and ALiBi (kModifiers) go through the shared score transform (kernels/common/
 // score_modifiers.hpp) before the mask: scores then reach the softmax as finished logits, except
 // on blocks without hidden scores under softcap alone, where the softmax takes the tanh itself
@@ -31,9 +33,9 @@
 
 namespace flashcute::sm90 {
 
-// kReleaseQEarly: the consumers free Q's buffer after their last QK^T (O has a buffer of its
-// own); otherwise the epilogue frees it. kModifiers: the kernel of calls with softcap or ALiBi.
-template <class Traits, bool kReleaseQEarly, bool kModifiers>
+// kOInV: the epilogue stages O in V's buffer. kModifiers: the kernel of calls with softcap or
+// ALiBi.
+template <class Traits, bool kOInV, bool kModifiers>
 struct CollectiveMainloopFwd {
   using Element = typename Traits::Element;
   using Pipeline = typename Traits::Pipeline;
@@ -51,6 +53,9 @@ struct CollectiveMainloopFwd {
     typename Pipeline::SharedStorage pipe_v;
     cutlass::arch::ClusterTransactionBarrier bar_q;  // Q landed
     cutlass::arch::ClusterBarrier bar_q_free;        // every consumer thread is done with Q
+    // kOInV: every consumer thread of every CTA of the cluster (whose V loads land here too) is
+    // done with O staged in V's buffer.
+    cutlass::arch::ClusterBarrier bar_o_free;
     // The tile whose Q bar_q announces (m_block, head, batch; m_block < 0: no more tiles), tile
     // t in slot t % 2. The producer writes it as it starts tile t's loads; the consumers read it
     // after their wait for tile t's Q. The slot's previous tile, t - 2, was read before the
@@ -240,9 +245,17 @@ struct CollectiveMainloopFwd {
     auto load_v = [&](int n, PipelineState const& at) {
       load_block(pipes.v, p.tma_v, tVg, tVg_last, tVs, n, at);
     };
+    // kOInV: once per tile, before its first V load (a tile without one waits all the same, so
+    // that the waits and the epilogues keep count of the same tiles).
+    auto wait_o_free = [&] {
+      if constexpr (kOInV) {
+        if (tiles > 0) smem.bar_o_free.wait((tiles - 1) & 1);
+      }
+    };
     publish_work(smem, tiles, work.m_block, work.head, work.batch);
     if (tile.n_block_max <= tile.n_block_min) {
       load_q();
+      wait_o_free();
       return;
     }
     if constexpr (Traits::kPingPong) {
@@ -258,13 +271,17 @@ struct CollectiveMainloopFwd {
           ++next;
           load_k(n - 1, next);
         }
+        if (n == tile.n_block_max - 1) wait_o_free();
         load_v(n, state);
         ++state;
       }
     } else {
       for (int n = tile.n_block_max - 1; n >= tile.n_block_min; --n) {
         load_k(n, state);
-        if (n == tile.n_block_max - 1) load_q();
+        if (n == tile.n_block_max - 1) {
+          load_q();
+          wait_o_free();
+        }
         load_v(n, state);
         ++state;
       }
@@ -325,9 +342,7 @@ struct CollectiveMainloopFwd {
     Tensor o_rc = rowcol_view(o);
     constexpr int kRows = decltype(size<0>(s_rc))::value;
 
-    auto q_done = [&] {
-      if constexpr (kReleaseQEarly) smem.bar_q_free.arrive();
-    };
+    auto q_done = [&] { smem.bar_q_free.arrive(); };
     softmax.init();
     clear(o);
     if (tile.n_block_max <= tile.n_block_min) {
@@ -530,8 +545,16 @@ struct CollectiveMainloopFwd {
     ++state.v;
   }
 
-  // When the epilogue staged O in Q's buffer: its stores have read it, Q may be reloaded.
-  CUTE_DEVICE static void release_q(SharedStorage& smem) { smem.bar_q_free.arrive(); }
+  // kOInV: after the epilogue, once its stores have read O from V's buffer; the next tile's V
+  // may then be loaded into it, in this CTA and (through multicast) in the cluster's others.
+  CUTE_DEVICE static void release_o(SharedStorage& smem) {
+    if constexpr (kClusterM == 1) {
+      smem.bar_o_free.arrive();
+    } else {
+      CUTE_UNROLL
+      for (int cta = 0; cta < kClusterM; ++cta) smem.bar_o_free.arrive(cta, true);
+    }
+  }
 
  private:
   // Volatile, as is the barrier's arrive that follows: the write stays before it.

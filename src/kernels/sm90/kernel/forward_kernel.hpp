@@ -41,16 +41,20 @@ struct ForwardKernel {
   // Shared memory per SM, of which the driver keeps kSmemReservedPerCta for every CTA.
   static constexpr int kSmemPerSm = 228 * 1024;
   static constexpr int kSmemReservedPerCta = 1024;
-  // O has a buffer of its own if it fits beside every CTA on the SM (plus 1 KB for the barriers):
-  // the producer may then load the next tile's Q as soon as the last QK^T has read the current one,
-  // and the epilogue overlaps that load. Otherwise O borrows Q's buffer and the next Q waits for
-  // the epilogue.
+  // O has a buffer of its own if it fits beside every CTA on the SM (plus 1 KB for the barriers).
+  // Otherwise it borrows V's, which the next tile's first V load then waits for; Q's buffer is
+  // never borrowed, so the producer loads the next tile's Q (and first K) as soon as the last
+  // QK^T has read the current Q, under this tile's tail. (O in Q's buffer made the next tile wait
+  // for the epilogue and then for Q's load.)
   static constexpr int kBytesQKV = int(Traits::kBytesQ + 2 * Traits::kStages * Traits::kBytesKV);
   static constexpr bool kSeparateO =
       kCtasPerSm * (kBytesQKV + int(Traits::kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
 
-  using Mainloop = CollectiveMainloopFwd<Traits, kSeparateO, kModifiers>;
+  using Mainloop = CollectiveMainloopFwd<Traits, !kSeparateO, kModifiers>;
   using Epilogue = CollectiveEpilogueFwd<Traits, kSeparateO>;
+  static_assert(kSeparateO || cosize_v<typename Traits::SmemLayoutO> <=
+                                  cosize_v<typename Traits::SmemLayoutKV>,
+                "O staged in V's buffer must fit in it");
   // A cluster's CTAs take each unit of the scheduler together (tile_of_cluster_member).
   using Scheduler = TileScheduler<Traits::kBlockM * kClusterM>;
   using Pipeline = typename Traits::Pipeline;
@@ -106,6 +110,7 @@ struct ForwardKernel {
       Epilogue::prefetch_descriptors(p.epilogue);
       smem.mainloop.bar_q.init(1);
       smem.mainloop.bar_q_free.init(Traits::kConsumerThreads);
+      smem.mainloop.bar_o_free.init(Traits::kConsumerThreads * kClusterM);
     }
 
     typename Pipeline::Params pipe_params;
@@ -166,7 +171,7 @@ struct ForwardKernel {
     if constexpr (kSeparateO) {
       o_smem = smem.epilogue.o.data();
     } else {
-      o_smem = smem.mainloop.q.data();
+      o_smem = smem.mainloop.v.data();
     }
     for (;;) {
       WorkTile const w = Mainloop::wait_work(smem.mainloop, state.tiles);
@@ -184,7 +189,7 @@ struct ForwardKernel {
       // consumers have no register to spare.
       Epilogue::store(p.epilogue, o_smem, TileInfo::make<Traits>(p.mainloop, w), w.head,
                       thread_here, o, softmax);
-      if constexpr (!kSeparateO) Mainloop::release_q(smem.mainloop);
+      if constexpr (!kSeparateO) Mainloop::release_o(smem.mainloop);
       ++state.tiles;
     }
     Epilogue::drain(thread);
