@@ -245,8 +245,10 @@ struct CollectiveMainloopFwd {
     auto load_v = [&](int n, PipelineState const& at) {
       load_block(pipes.v, p.tma_v, tVg, tVg_last, tVs, n, at);
     };
-    // kOInV: once per tile, before its first V load (a tile without one waits all the same, so
-    // that the waits and the epilogues keep count of the same tiles).
+    // kOInV: once per tile, before its first V load, for the previous tile's epilogue. The
+    // consumers cannot end this tile's epilogue before that wait (they wait for V first; a tile
+    // without V loads waits before its Q), so they never complete two phases the wait has not
+    // seen, which a parity wait could not tell apart.
     auto wait_o_free = [&] {
       if constexpr (kOInV) {
         if (tiles > 0) smem.bar_o_free.wait((tiles - 1) & 1);
@@ -254,8 +256,8 @@ struct CollectiveMainloopFwd {
     };
     publish_work(smem, tiles, work.m_block, work.head, work.batch);
     if (tile.n_block_max <= tile.n_block_min) {
-      load_q();
       wait_o_free();
+      load_q();
       return;
     }
     if constexpr (Traits::kPingPong) {
