@@ -50,8 +50,9 @@ template <class E, int kHeadDim>
 struct NonCausalConfig {
   using type = void;
 };
-// 176 keys pay the per-block cost (barriers, shuffles, rescale) 27% less often; O then borrows Q's
-// buffer, which short sequences and causal problems pay for.
+// 176 keys pay the per-block cost (barriers, shuffles, rescale) 27% less often; O then borrows V's
+// buffer. Shorter sequences and causal problems keep 128 keys (kLongKeys, measured in
+// bench/NOTES.md).
 template <class E>
 struct NonCausalConfig<E, 128> {
   using type = Traits<E, 128, 128, 176, 2, true>;

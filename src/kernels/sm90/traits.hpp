@@ -68,8 +68,8 @@ struct Traits {
                          std::conditional_t<kHeadDim % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
                                             GMMA::Layout_K_SW32_Atom<Element>>>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO =
-      SmemLayoutQ;  // O is staged like Q (in Q's buffer when it has none of its own)
+  // O is staged like Q (in V's buffer when it has none of its own: kernel/forward_kernel.hpp).
+  using SmemLayoutO = SmemLayoutQ;
   // One consumer warpgroup's 64 rows of O, which it stores on its own: warpgroup w's rows
   // [64 w, 64 w + 64) of SmemLayoutO are this layout shifted by w * kOWarpgroupOffset elements
   // (checked below). The shift is a whole number of swizzle atoms, so the bytes of every slice are
