@@ -1,10 +1,10 @@
 // The forward epilogue of one consumer warpgroup: normalise O, write the log-sum-exp, stage O in
 // shared memory with stmatrix (O's own buffer, or else V's, once every warpgroup's last PV GEMM
-// has read it), and store it. The warpgroup's 64 rows go out with one TMA
-// store, issued by one thread and not waited for: TMA clips the rows past the tensor's end and
-// the columns past head_dim. In a packed batch that holds only where all 64 rows belong to the
-// sequence (a box reaching past its end would overwrite the next sequence's rows): a warpgroup
-// holding the sequence's end copies its rows out with 16-byte stores instead.
+// has read it), and store it. The warpgroup's 64 rows go out with one TMA store, issued by one
+// thread and not waited for: TMA clips the rows past the tensor's end and the columns past
+// head_dim. In a packed batch that holds only where all 64 rows belong to the sequence (a box
+// reaching past its end would overwrite the next sequence's rows): a warpgroup holding the
+// sequence's end copies its rows out with 16-byte stores instead.
 #pragma once
 
 #include <cutlass/arch/barrier.h>

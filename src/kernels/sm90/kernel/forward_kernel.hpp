@@ -44,8 +44,7 @@ struct ForwardKernel {
   // O has a buffer of its own if it fits beside every CTA on the SM (plus 1 KB for the barriers).
   // Otherwise it borrows V's, which the next tile's first V load then waits for; Q's buffer is
   // never borrowed, so the producer loads the next tile's Q (and first K) as soon as the last
-  // QK^T has read the current Q, under this tile's tail. (O in Q's buffer made the next tile wait
-  // for the epilogue and then for Q's load.)
+  // QK^T has read the current Q, under this tile's tail.
   static constexpr int kBytesQKV = int(Traits::kBytesQ + 2 * Traits::kStages * Traits::kBytesKV);
   static constexpr bool kSeparateO =
       kCtasPerSm * (kBytesQKV + int(Traits::kBytesQ) + 1024 + kSmemReservedPerCta) <= kSmemPerSm;
