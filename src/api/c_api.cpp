@@ -12,6 +12,31 @@ fc_status record(const flashcute::Status& s) {
   last_error = s.message;
   return s.code;
 }
+
+// One entry point's C boundary: a null argument block is an error, and no exception crosses it.
+template <class Args, class Run>
+fc_status guarded(const Args* args, Run&& run) {
+  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
+  try {
+    return record(run(*args));
+  } catch (const std::exception& e) {
+    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
+  }
+}
+
+// A workspace query: *bytes is written only when the call is valid.
+template <class Args, class Size>
+fc_status workspace_query(const Args* args, uint64_t* bytes, Size&& size) {
+  if (args != nullptr && bytes == nullptr) {
+    return record({FC_ERROR_INVALID_ARGUMENT, "bytes is null"});
+  }
+  return guarded(args, [&](const Args& a) {
+    uint64_t n = 0;
+    const flashcute::Status s = size(a, n);
+    if (s.ok()) *bytes = n;
+    return s;
+  });
+}
 }  // namespace
 
 extern "C" {
@@ -28,12 +53,7 @@ void fc_forward_args_init(fc_forward_args* args) {
 }
 
 fc_status fc_forward(const fc_forward_args* args) {
-  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
-  try {
-    return record(flashcute::forward(*args));
-  } catch (const std::exception& e) {  // never let an exception cross the C boundary
-    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
-  }
+  return guarded(args, [](const fc_forward_args& a) { return flashcute::forward(a); });
 }
 
 void fc_backward_args_init(fc_backward_args* args) {
@@ -48,25 +68,13 @@ void fc_backward_args_init(fc_backward_args* args) {
 }
 
 fc_status fc_backward_workspace_size(const fc_backward_args* args, uint64_t* bytes) {
-  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
-  if (bytes == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "bytes is null"});
-  try {
-    uint64_t size = 0;
-    const flashcute::Status s = flashcute::backward_workspace_size(*args, size);
-    if (s.ok()) *bytes = size;
-    return record(s);
-  } catch (const std::exception& e) {
-    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
-  }
+  return workspace_query(args, bytes, [](const fc_backward_args& a, uint64_t& n) {
+    return flashcute::backward_workspace_size(a, n);
+  });
 }
 
 fc_status fc_backward(const fc_backward_args* args) {
-  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
-  try {
-    return record(flashcute::backward(*args));
-  } catch (const std::exception& e) {
-    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
-  }
+  return guarded(args, [](const fc_backward_args& a) { return flashcute::backward(a); });
 }
 
 void fc_kvcache_args_init(fc_kvcache_args* args) {
@@ -80,25 +88,13 @@ void fc_kvcache_args_init(fc_kvcache_args* args) {
 }
 
 fc_status fc_kvcache_workspace_size(const fc_kvcache_args* args, uint64_t* bytes) {
-  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
-  if (bytes == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "bytes is null"});
-  try {
-    uint64_t size = 0;
-    const flashcute::Status s = flashcute::kvcache_workspace_size(*args, size);
-    if (s.ok()) *bytes = size;
-    return record(s);
-  } catch (const std::exception& e) {
-    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
-  }
+  return workspace_query(args, bytes, [](const fc_kvcache_args& a, uint64_t& n) {
+    return flashcute::kvcache_workspace_size(a, n);
+  });
 }
 
 fc_status fc_kvcache(const fc_kvcache_args* args) {
-  if (args == nullptr) return record({FC_ERROR_INVALID_ARGUMENT, "args is null"});
-  try {
-    return record(flashcute::kvcache(*args));
-  } catch (const std::exception& e) {
-    return record({FC_ERROR_CUDA, std::string("internal error: ") + e.what()});
-  }
+  return guarded(args, [](const fc_kvcache_args& a) { return flashcute::kvcache(a); });
 }
 
 const char* fc_last_error(void) { return last_error.c_str(); }
