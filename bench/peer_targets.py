@@ -2,14 +2,14 @@
 """Each plain row of a results file against a peer's lead in an anchor run.
 
 The forward's speed target is relative: on every plain row, ours / cuDNN must reach a share
-(default 0.98) of FlashAttention-3's lead over cuDNN on the same row of the anchor run
-(shared/anchors/h200-2026-12-01-compare.json). Both sides are GPU-time rates: the results file's
-`tflops` (GUIDE section 5) and the anchor's `tflops_gpu`.
+(default 0.98) of FlashAttention-3's lead over cuDNN on the same row of an anchor run (a file
+whose plain rows carry `tflops_gpu` for fa3 and torch_cudnn). Both sides are GPU-time rates: the
+results file's `tflops` (GUIDE section 5) and the anchor's `tflops_gpu`.
 Prints one line a row: the anchor's lead, ours / cuDNN in the results file, their quotient against
 the share, and, where the results file has FA3 too, FA3 / cuDNN in the same run (whether the
 anchor's lead holds on this card); then how many rows meet the target.
 
-Usage: python3 bench/peer_targets.py RESULTS [--anchor FILE] [--share 0.98] [--dtype bf16]
+Usage: python3 bench/peer_targets.py RESULTS --anchor FILE [--share 0.98] [--dtype bf16]
        [--peer fa3] [--base torch_cudnn]
 Exit status 0 when every row with an anchor meets the target, 1 otherwise.
 """
@@ -18,9 +18,6 @@ import argparse
 import json
 import pathlib
 import sys
-
-HERE = pathlib.Path(__file__).resolve().parent
-DEFAULT_ANCHOR = HERE.parent.parent / "shared" / "anchors" / "h200-2026-12-01-compare.json"
 
 
 def shape(row):
@@ -43,7 +40,7 @@ def is_plain(row, dtype):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
-    parser.add_argument("--anchor", default=str(DEFAULT_ANCHOR))
+    parser.add_argument("--anchor", required=True)
     parser.add_argument("--share", type=float, default=0.98)
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--peer", default="fa3")
