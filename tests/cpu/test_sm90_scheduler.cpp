@@ -285,17 +285,17 @@ TEST(Sm90Scheduler, PackedDynamicEveryTileOnceCountersLeftZero) {
 
 // Units in index order: section by section (the pairs left over first), each
 // section's (batch, head) pairs together, row blocks from the last (costliest)
-// down within a section; sections as wide as L2 allows, the last one widened to
-// at least four units per CTA.
+// down within a section; sections as wide as half of L2 allows, the last one
+// widened to four units per CTA but at most to twice that width (all of L2).
 TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
   int counters[2] = {0, 0};
-  int const heads = 5, batch = 3, seqlen = 1200, l2_section_heads = 2, grid = 14;
+  int const heads = 5, batch = 3, seqlen = 1200, l2_section_heads = 4, grid = 14;
   Params const p =
       Scheduler::to_params({batch, heads, seqlen, true, nullptr, counters, l2_section_heads, grid});
   int const nm = m_blocks(seqlen);
   ASSERT_EQ(p.num_units, heads * batch * nm);
-  // 15 pairs: the last section 6 (6 pairs * 10 units >= 4 * 14 CTAs), then one
-  // left over, then four of two.
+  // 15 pairs: the last section 6 (6 pairs * 10 units >= 4 * 14 CTAs), one pair
+  // left over first, two sections of four between.
   int const last_heads = 6, last_bh = heads * batch - last_heads;
   EXPECT_EQ(p.section_heads, l2_section_heads);
   EXPECT_EQ(p.last_section_heads, last_heads);
@@ -319,7 +319,12 @@ TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
     prev_section = section;
     prev_m = w.m_block;
   }
-  EXPECT_EQ(prev_section, 5);
+  EXPECT_EQ(prev_section, 3);
+  // With 132 CTAs four units each would take 53 pairs: the last section stops
+  // at what all of L2 holds.
+  Params const wide =
+      Scheduler::to_params({batch, heads, seqlen, true, nullptr, counters, l2_section_heads, 132});
+  EXPECT_EQ(wide.last_section_heads, 2 * l2_section_heads);
 }
 
 // Where the static schedule leaves the CTAs' loads apart, the dynamic one evens
