@@ -376,8 +376,7 @@ struct CollectiveMainloopFwd {
     // is_masked). Returns whether O needs rescaling.
     // kModifiers: softcap or ALiBi (the slope of this sequence and query head) first.
     ScoreTransform<kModifiers> const transform(p.scale_log2, p.modifiers, work.batch, work.head);
-    auto softmax_step = [&](int n, bool masked, float(&correction)[kRows])
-        __attribute__((always_inline)) {
+    auto softmax_step = [&](int n, bool masked, float(&correction)[kRows]) -> bool {
       if constexpr (kModifiers) {
         if (!masked && transform.defers_softcap()) {
           return softmax.update(s_rc, transform.capped_scores(), correction);
@@ -385,18 +384,18 @@ struct CollectiveMainloopFwd {
         int const key0 = tile.key0<Traits>(p, n);
         AttentionMask const mask = TileInfo::make_mask(p, tile);
         // ALiBi alone on a block wholly on one side of the diagonal for the warpgroup's 64 rows:
-        // the bias as a column term per score and a row term the softmax adds.
+        // the bias as a column term per score and a row term the softmax adds (elsewhere the row
+        // term stays 0). One update call for both keeps P's conversion amid the exponentials.
+        RowBiasedScores<kRows> map{transform.exp2_multiplier()};
         int const alibi_side = transform.alibi_side(warpgroup_row0, 64, key0, kBlockN, mask);
         if (alibi_side != 0) {
-          RowBiasedScores<kRows> map{transform.exp2_multiplier()};
           transform.add_alibi_linear(s_rc, coords, row0, key0, mask, alibi_side, map);
-          if (masked) mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
-          return softmax.update(s_rc, map, correction);
+        } else {
+          transform.cap_or_scale(s_rc);
+          transform.add_alibi(s_rc, coords, row0, key0, mask);
         }
-        transform.cap_or_scale(s_rc);
-        transform.add_alibi(s_rc, coords, row0, key0, mask);
         if (masked) mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
-        return softmax.update(s_rc, transform.exp2_multiplier(), correction);
+        return softmax.update(s_rc, map, correction);
       } else if (masked) {
         float scale = p.scale_log2;
         if (scale_first) {
