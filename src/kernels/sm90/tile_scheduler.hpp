@@ -25,14 +25,11 @@
 // kMaxStaticRowBlocks row blocks take every tile as a unit, costliest first within sections of
 // (batch, head) pairs, so that the CTA that frees first takes the costliest tile left: no rounding
 // of units over CTAs. A section is as wide as the pairs whose K and V fit in half of L2, so that
-// its tiles find them there; in a wider one each wave of row blocks reads them from DRAM again
-// (d 256 s 2k in 33-pair sections, 66 MB: 1.7 times the DRAM bytes of the problem's inputs and
-// output). Only the last section is widened, to four units per CTA but no more pairs than all of
-// L2 holds: its costliest tiles start late, and only then do the CTAs still need enough cheaper
-// tiles left to even out (a host model of the CPU test's causal rows: above 0.98 balanced,
-// 0.96-0.98 with an L2-sized last section); before it, the next section's costly tiles fill the
-// gaps. Wider than L2, its DRAM reads cost more than the balance gains (d 256 s 16k: a last
-// section of five pairs, 80 MB, ran about 8% slower than one-pair sections alone; bench/NOTES.md).
+// its tiles find them there; in a wider one each wave of row blocks reads them from DRAM again.
+// Only the last section is widened, to four units per CTA but no more pairs than all of L2
+// holds: its costliest tiles start late, and only then do the CTAs still need enough cheaper
+// tiles left to even out; before it, the next section's costly tiles fill the gaps. Wider than
+// L2, its DRAM reads cost more than the balance gains (bench/NOTES.md has the A/B of the rules).
 // The pairs left over form a first section. The last CTA to run out of units sets the counter
 // back to zero, so the next call on the stream finds it zeroed without a memset (one counter per
 // stream: kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU test can check that
