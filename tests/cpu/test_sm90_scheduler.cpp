@@ -285,23 +285,31 @@ TEST(Sm90Scheduler, PackedDynamicEveryTileOnceCountersLeftZero) {
 
 // Units in index order: section by section (the pairs left over first), each
 // section's (batch, head) pairs together, row blocks from the last (costliest)
-// down within a section; a section as wide as L2 allows but with at least four
-// units per CTA.
+// down within a section; sections as wide as half of L2 allows, the last one
+// widened to four units per CTA but at most to twice that width (all of L2).
 TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
   int counters[2] = {0, 0};
-  int const heads = 5, batch = 3, seqlen = 1200, l2_section_heads = 2, grid = 7;
+  int const heads = 5, batch = 3, seqlen = 1200, l2_section_heads = 4, grid = 14;
   Params const p =
       Scheduler::to_params({batch, heads, seqlen, true, nullptr, counters, l2_section_heads, grid});
   int const nm = m_blocks(seqlen);
   ASSERT_EQ(p.num_units, heads * batch * nm);
-  int const section_heads = 3;  // 3 pairs * 10 units >= 4 * 7 CTAs
-  EXPECT_EQ(p.section_heads, section_heads);
-  int const first = heads * batch % section_heads;
+  // 15 pairs: the last section 6 (6 pairs * 10 units >= 4 * 14 CTAs), one pair
+  // left over first, two sections of four between.
+  int const last_heads = 6, last_bh = heads * batch - last_heads;
+  EXPECT_EQ(p.section_heads, l2_section_heads);
+  EXPECT_EQ(p.last_section_heads, last_heads);
+  int const first = last_bh % l2_section_heads;
+  ASSERT_EQ(first, 1);
+  auto section_of = [&](int bh) {
+    if (bh < first) return 0;
+    if (bh >= last_bh) return 1 + (last_bh - first) / l2_section_heads;
+    return 1 + (bh - first) / l2_section_heads;
+  };
   int prev_section = 0, prev_m = nm - 1;
   for (int unit = 0; unit < p.num_units; ++unit) {
     WorkTile const w = Scheduler(p, unit).get(p);
-    int const bh = w.batch * heads + w.head;
-    int const section = bh < first ? 0 : 1 + (bh - first) / section_heads;
+    int const section = section_of(w.batch * heads + w.head);
     ASSERT_GE(section, prev_section) << "unit " << unit;
     if (section == prev_section) {
       ASSERT_LE(w.m_block, prev_m) << "unit " << unit;
@@ -311,6 +319,12 @@ TEST(Sm90Scheduler, DynamicOrderCostliestFirstBySection) {
     prev_section = section;
     prev_m = w.m_block;
   }
+  EXPECT_EQ(prev_section, 3);
+  // With 132 CTAs four units each would take 53 pairs: the last section stops
+  // at what all of L2 holds.
+  Params const wide =
+      Scheduler::to_params({batch, heads, seqlen, true, nullptr, counters, l2_section_heads, 132});
+  EXPECT_EQ(wide.last_section_heads, 2 * l2_section_heads);
 }
 
 // Where the static schedule leaves the CTAs' loads apart, the dynamic one evens

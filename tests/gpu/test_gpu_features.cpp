@@ -185,6 +185,30 @@ TEST(Features, Sm90TakesSoftcapAndAlibi) {
   }
 }
 
+// Without a causal mask most key blocks lie wholly on one side of the diagonal, where the sm90
+// family takes ALiBi's bias as a column term per score and a row term per row. Far from the
+// diagonal the row term is large against the scores: slopes small enough that keys thousands of
+// positions away still weigh in, rows on both sides of their diagonal, both alignments, GQA.
+TEST(Features, Sm90AlibiFarFromTheDiagonal) {
+  FC_REQUIRE_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 family needs a compute capability 9.0 device";
+  for (int d : {64, 128, 256})
+    for (bool bottom_right : {false, true}) {
+      Case c;
+      c.dtype = d == 128 ? FC_FLOAT16 : FC_BFLOAT16;
+      c.problem = dense_problem(2, 700, 2500, 4, 2, d);
+      c.problem.bottom_right = bottom_right;
+      std::vector<float> slopes = random_slopes(4);
+      for (float& slope : slopes) slope *= 0.02f;
+      c.problem.alibi_slopes = slopes;
+      c.problem.alibi_batch_stride = 0;
+      SCOPED_TRACE(c.describe());
+      const std::unique_ptr<Inputs> in = make_inputs(c);
+      const Outcome out = run_kernel(*in, KernelChoice{FC_FAMILY_SM90, {0, 0, 0}});
+      EXPECT_TRUE(matches(*in, reference_for(*in), out));
+    }
+}
+
 TEST(Features, Combinations) {
   FC_REQUIRE_GPU();
   for (fc_dtype dtype : {FC_FLOAT16, FC_BFLOAT16})

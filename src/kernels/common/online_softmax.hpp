@@ -65,8 +65,13 @@ CUTE_DEVICE float join_chains(float const (&partial)[kChains], Op op) {
 // How the softmax reads a score x, as a logit map: logit(x) is its logit (log2 domain) and
 // shifted_logit(x, m) that logit less m. The map is monotonic, so that a row's largest logit is
 // the map of its extreme score (the largest when increasing(), else the smallest).
+// row(r) gives the map of row r; a map may differ between rows and between the threads of a quad
+// by a constant added to the scores (RowBiasedScores), which across_quad(x) adds to this thread's
+// extreme score before the quad compares them (logit then maps the quad's extreme).
 struct ScaledScores {
   float scale;
+  CUTE_DEVICE ScaledScores row(int) const { return *this; }
+  CUTE_DEVICE float across_quad(float x) const { return x; }
   CUTE_DEVICE bool increasing() const { return scale > 0.f; }
   CUTE_DEVICE float logit(float x) const { return x * scale; }
   CUTE_DEVICE float shifted_logit(float x, float reference) const {
@@ -109,13 +114,16 @@ struct OnlineSoftmax {
     bool moved_any = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
+      auto const row_map = map.row(r);
       float extreme;
-      if (!Policy::kAnySignScale || map.increasing()) {
-        extreme = quad_max(row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); }));
+      if (!Policy::kAnySignScale || row_map.increasing()) {
+        extreme = quad_max(
+            row_map.across_quad(row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); })));
       } else {
-        extreme = quad_min(row_reduce(s, r, [](float a, float b) { return fminf(a, b); }));
+        extreme = quad_min(
+            row_map.across_quad(row_reduce(s, r, [](float a, float b) { return fminf(a, b); })));
       }
-      float const block_max = map.logit(extreme);
+      float const block_max = row_map.logit(extreme);
       float m_ref;
       if constexpr (Policy::kMaxSlack == 0.f) {
         // The exact maximum; the correction is 1 exactly where it did not move.
@@ -138,7 +146,7 @@ struct OnlineSoftmax {
       for (int i = 0; i < kChains; ++i) partial[i] = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
-        float const p = fast_exp2(map.shifted_logit(s(r, c), m_ref));
+        float const p = fast_exp2(row_map.shifted_logit(s(r, c), m_ref));
         s(r, c) = p;
         partial[c % kChains] += p;
       }

@@ -67,11 +67,35 @@ struct ScoreModifierParams {
 // map of its largest raw score: one tanh per row ahead of the row maximum instead of one per score.
 struct CappedScores {
   float inner, outer;
+  CUTE_DEVICE CappedScores row(int) const { return *this; }
+  CUTE_DEVICE float across_quad(float x) const { return x; }
   CUTE_DEVICE bool increasing() const { return inner > 0.f; }
   CUTE_DEVICE float logit(float x) const { return outer * tanh_approx(x * inner); }
   CUTE_DEVICE float shifted_logit(float x, float reference) const {
     return fmaf(tanh_approx(x * inner), outer, -reference);
   }
+};
+
+// Scores whose logits are scale * (x + bias), with a bias per row and thread: the row term of
+// ALiBi on a block whose keys lie on one side of every row's diagonal (ScoreTransform::
+// add_alibi_linear). Each thread counts a row's columns from its own first one, so the threads
+// of a quad hold different biases for the same row: a row's maximum is taken over x + bias. The
+// softmax adds the bias once per row, inside the FFMA that scales each score.
+template <int kRows>
+struct RowBiasedScores {
+  float scale;
+  float bias[kRows];  // raw score units
+
+  struct Row {
+    float scale, bias;
+    CUTE_DEVICE float across_quad(float x) const { return x + bias; }
+    CUTE_DEVICE bool increasing() const { return scale > 0.f; }
+    CUTE_DEVICE float logit(float x) const { return x * scale; }
+    CUTE_DEVICE float shifted_logit(float x, float reference) const {
+      return fmaf(x, scale, bias * scale - reference);
+    }
+  };
+  CUTE_DEVICE Row row(int r) const { return {scale, bias[r]}; }
 };
 
 template <bool kModifiers>
@@ -179,6 +203,43 @@ struct ScoreTransform {
           float const offset = float(int(get<1>(coords(0, c))) - first_col);
           scores(r, c) -= alibi_factor * fabsf(distance0 - offset);
         }
+      }
+    }
+  }
+
+  // Which side of the diagonal the keys [col0, col0 + cols) lie on for every row of
+  // [row0, row0 + rows): 1 at or before it, -1 at or after it, 0 across it. Also 0 unless ALiBi is
+  // the only modifier and the scale is positive (folded), the case add_alibi_linear serves.
+  CUTE_DEVICE int alibi_side(int row0, int rows, int col0, int cols,
+                             const AttentionMask& mask) const {
+    if (!fold_scale || alibi_slope_log2 == 0.f) return 0;
+    if (row0 + mask.diag >= col0 + cols - 1) return 1;
+    if (row0 + rows - 1 + mask.diag <= col0) return -1;
+    return 0;
+  }
+
+  // ALiBi on a block on one side of the diagonal (side from alibi_side, not 0): a score's bias
+  // -factor * |distance| is then -side * factor * (distance of the thread's first column - the
+  // column's compile-time offset), so each score takes the column term in one FFMA with an
+  // immediate, and map.bias the row term, which the softmax adds per row (add_alibi takes an FADD
+  // and an FFMA per score). The row term is the same for all of a row's keys in the block, so
+  // its rounding does not change the row's probabilities.
+  template <class Scores, class Coords, int kRows>
+  CUTE_DEVICE void add_alibi_linear(Scores& scores, Coords const& coords, int row0, int col0,
+                                    const AttentionMask& mask, int side,
+                                    RowBiasedScores<kRows>& map) const {
+    using namespace cute;
+    static_assert(decltype(size<0>(scores))::value == kRows, "row count mismatch");
+    float const factor = float(side) * alibi_factor;
+    int const first_col = int(get<1>(coords(0, 0)));
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      map.bias[r] =
+          -factor * float(row0 + int(get<0>(coords(r, 0))) + mask.diag - col0 - first_col);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        float const offset = float(int(get<1>(coords(0, c))) - first_col);
+        scores(r, c) = fmaf(factor, offset, scores(r, c));
       }
     }
   }

@@ -8,14 +8,13 @@ enum class BarrierId : int {
   kEpilogueWarpgroup0 = 1,
   // The ping-pong turns of the two consumer warpgroups (ids 4 and 5), 256 threads.
   kTurnWarpgroup0 = 4,
-  // Backward: every consumer thread of the CTA (K and V loaded; a step's dS written).
-  kBackwardConsumers = 6,
+  // Every consumer thread of the CTA. Backward: K and V loaded, a step's dS written. Forward with
+  // O staged in V's buffer: the last PV GEMMs have read V.
+  kConsumers = 6,
   // Backward: the consumer threads of one part of a step's dQ and dQ's writer warp (the part is
   // in shared memory: ids 7 and 8; its buffer is free again: ids 9 and 10).
   kBackwardDqFullPart0 = 7,
   kBackwardDqEmptyPart0 = 9,
-  // Forward, O staged in V's buffer: every consumer thread (the last PV GEMMs have read V).
-  kEpilogueConsumers = 11,
 };
 
 // The barrier of consumer warpgroup `warpgroup` within a group of barriers.

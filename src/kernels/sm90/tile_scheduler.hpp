@@ -24,14 +24,16 @@
 // 0.88-0.96 balanced, 0.98-0.99 dynamic). Dense causal calls with more than
 // kMaxStaticRowBlocks row blocks take every tile as a unit, costliest first within sections of
 // (batch, head) pairs, so that the CTA that frees first takes the costliest tile left: no rounding
-// of units over CTAs. A section is as wide as the pairs whose K and V fit in half of L2 (so that
-// its tiles find them there), but at least enough pairs for four units per CTA: the last section's
-// costliest tiles start late, and only then do the CTAs still have enough cheaper tiles left to
-// even out (a host model of the benchmark's causal rows: 0.99 balanced, against 0.92-0.96 with
-// L2-sized sections alone). The section of the pairs left over goes first. The last CTA to run out
-// of units sets the counter back to zero, so the next call on the stream finds it zeroed without a
-// memset (one counter per stream: kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU
-// test can check that every tile is handed out exactly once.
+// of units over CTAs. A section is as wide as the pairs whose K and V fit in half of L2, so that
+// its tiles find them there; in a wider one each wave of row blocks reads them from DRAM again.
+// Only the last section is widened, to four units per CTA but no more pairs than all of L2
+// holds: its costliest tiles start late, and only then do the CTAs still need enough cheaper
+// tiles left to even out; before it, the next section's costly tiles fill the gaps. Wider than
+// L2, its DRAM reads cost more than the balance gains (bench/NOTES.md has the A/B of the rules).
+// The pairs left over form a first section. The last CTA to run out of units sets the counter
+// back to zero, so the next call on the stream finds it zeroed without a memset (one counter per
+// stream: kernels/sm90/tile_counters.hpp). Host-callable too, so that a CPU test can check that
+// every tile is handed out exactly once.
 #pragma once
 
 #include <cutlass/fast_math.h>
@@ -81,9 +83,12 @@ struct TileScheduler {
     // a multiply-high and a shift instead of the ~25 instructions of an integer division.
     cutlass::FastDivmod heads_divmod, paired_per_bh_divmod;
     // Dynamic schedule: a first section of first_section_heads (batch, head) pairs (those left
-    // over; maybe none), then sections of section_heads pairs, num_m_blocks units per pair.
+    // over; maybe none), then sections of section_heads pairs, then a last one of
+    // last_section_heads pairs, its first pair last_section_bh; num_m_blocks units per pair.
     int section_heads, first_section_heads, first_section_units;
-    cutlass::FastDivmod section_units_divmod, section_heads_divmod, first_section_heads_divmod;
+    int last_section_heads, last_section_bh, last_section_unit0;
+    cutlass::FastDivmod section_units_divmod, section_heads_divmod, first_section_heads_divmod,
+        last_section_heads_divmod;
   };
 
   int unit;    // index of the current unit
@@ -122,11 +127,16 @@ struct TileScheduler {
       int const bh = p.heads * p.batch;
       int const ctas = std::max(std::min(a.max_ctas, p.num_units), 1);
       int const balanced = (4 * ctas + p.num_m_blocks - 1) / p.num_m_blocks;
-      p.section_heads = std::min(std::max({a.l2_section_heads, balanced, 1}), bh);
-      p.first_section_heads = bh % p.section_heads;
+      p.section_heads = std::min(std::max(a.l2_section_heads, 1), bh);
+      p.last_section_heads =
+          std::min({std::max(balanced, p.section_heads), 2 * p.section_heads, bh});
+      p.last_section_bh = bh - p.last_section_heads;
+      p.last_section_unit0 = p.last_section_bh * p.num_m_blocks;
+      p.first_section_heads = p.last_section_bh % p.section_heads;
       p.first_section_units = p.first_section_heads * p.num_m_blocks;
       p.section_units_divmod = cutlass::FastDivmod(p.section_heads * p.num_m_blocks);
       p.section_heads_divmod = cutlass::FastDivmod(p.section_heads);
+      p.last_section_heads_divmod = cutlass::FastDivmod(p.last_section_heads);
       // Without a first section this divisor is never used.
       p.first_section_heads_divmod = cutlass::FastDivmod(std::max(p.first_section_heads, 1));
     }
@@ -161,6 +171,9 @@ struct TileScheduler {
       int rank;
       if (unit < p.first_section_units) {
         p.first_section_heads_divmod(rank, bh, unit);
+      } else if (unit >= p.last_section_unit0) {
+        p.last_section_heads_divmod(rank, bh, unit - p.last_section_unit0);
+        bh += p.last_section_bh;
       } else {
         int section, within;
         p.section_units_divmod(section, within, unit - p.first_section_units);

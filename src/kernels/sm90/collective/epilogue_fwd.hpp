@@ -149,8 +149,7 @@ struct CollectiveEpilogueFwd {
       cutlass::arch::NamedBarrier::sync(128, barrier);
     } else {
       // V's buffer: every warpgroup's last PV GEMM must have read it (O's rows span its stages).
-      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads,
-                                        int(BarrierId::kEpilogueConsumers));
+      cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, int(BarrierId::kConsumers));
     }
     copy(stage_o, staged_src, staged_dst);
 

@@ -370,6 +370,7 @@ struct CollectiveMainloopFwd {
     // A positive scale is applied inside the softmax (its row maximum is then the raw scores'
     // maximum times the scale); any other scale multiplies the scores first.
     bool const scale_first = !(p.scale_log2 > 0.f);
+    int const warpgroup_row0 = row0 + warpgroup_thread / 2;
     // Scores of a block become probabilities in place; a masked block has its hidden pairs set to
     // -inf first, and takes the scale first when it is not positive (such calls mask every block:
     // is_masked). Returns whether O needs rescaling.
@@ -382,10 +383,19 @@ struct CollectiveMainloopFwd {
         }
         int const key0 = tile.key0<Traits>(p, n);
         AttentionMask const mask = TileInfo::make_mask(p, tile);
-        transform.cap_or_scale(s_rc);
-        transform.add_alibi(s_rc, coords, row0, key0, mask);
+        // ALiBi alone on a block wholly on one side of the diagonal for the warpgroup's 64 rows:
+        // the bias as a column term per score and a row term the softmax adds (elsewhere the row
+        // term stays 0). One update call for both keeps P's conversion amid the exponentials.
+        RowBiasedScores<kRows> map{transform.exp2_multiplier()};
+        int const alibi_side = transform.alibi_side(warpgroup_row0, 64, key0, kBlockN, mask);
+        if (alibi_side != 0) {
+          transform.add_alibi_linear(s_rc, coords, row0, key0, mask, alibi_side, map);
+        } else {
+          transform.cap_or_scale(s_rc);
+          transform.add_alibi(s_rc, coords, row0, key0, mask);
+        }
         if (masked) mask_scores(s_rc, coords, row0, key0, n * kBlockN, mask);
-        return softmax.update(s_rc, transform.exp2_multiplier(), correction);
+        return softmax.update(s_rc, map, correction);
       } else if (masked) {
         float scale = p.scale_log2;
         if (scale_first) {

@@ -297,7 +297,7 @@ struct BackwardKernel {
     cp_async_fence();
     cp_async_wait<0>();
     cutlass::arch::fence_view_async_shared();  // visible to wgmma (the async proxy)
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kConsumers));
   }
 
   // The step's LSE (log2 units) of each query column this thread holds.
@@ -418,7 +418,7 @@ struct BackwardKernel {
 
       // dQ = dS K once every warpgroup's keys are in dS, then dK += dS^T Q.
       cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kConsumers));
       Tensor dq = partition_fragment_C(mma_dq, TileDq{});
       // At 64 rows dK is issued once dV is done, so that both warpgroups' dQ GEMMs queue before
       // either dK.
@@ -506,7 +506,7 @@ struct BackwardKernel {
       // Every query of P^T and dS^T in shared memory: dQ first, so that its atomics overlap dV's
       // and dK's GEMMs.
       cutlass::arch::fence_view_async_shared();
-      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kConsumers));
       Tensor dq = partition_fragment_C(mma_dq, TileDq{});
       warpgroup_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buffer), tdQrK, dq);
       warpgroup_gemm<false, -1>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdO(_, _, _, stage), dv);
@@ -534,7 +534,7 @@ struct BackwardKernel {
     typename Traits::TiledMmaDkv mma_dkv;
     CUTE_UNROLL
     for (int i = 0; i < size(dk); ++i) dk(i) *= p.softmax_scale;
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kConsumers));
     // A thread index the compiler cannot see is the prologue's: otherwise it keeps the K/V
     // loads' addresses for these stores across the main loop, and spills them.
     int thread_here;
@@ -549,7 +549,7 @@ struct BackwardKernel {
       Tensor out = convert_fragment<Element>(dv);
       copy(stage_kv, thr_stage_kv.retile_S(out), thr_stage_kv.partition_D(sV));
     }
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kBackwardConsumers));
+    cutlass::arch::NamedBarrier::sync(kConsumerThreads, int(BarrierId::kConsumers));
     typename Traits::GmemTiledCopyOut gmem_out;
     auto thr_out = gmem_out.get_thread_slice(thread_here);
     Tensor coords_out = thr_out.partition_S(make_identity_tensor(TileKV{}));
