@@ -9,6 +9,10 @@ picked by --kernel (its index among the tables, default every one), prints the t
 samples, the top instructions by samples with their share and the instruction before them (a
 stall is charged to the instruction that waits, so its producer is usually just above), and the
 samples by opcode.
+
+--by-exec adds the samples grouped by how many times each instruction ran: instructions that run
+equally often are mostly one region of the kernel (a key block's loop body, a tile's prologue,
+the producer's loop), so two kernels doing the same work can be compared region by region.
 """
 
 import argparse
@@ -72,11 +76,34 @@ def report(header, rows, top):
     print("  by opcode:", ", ".join(f"{op} {n / total:.1%}" for op, n in by_op.most_common(12)))
 
 
+def report_by_exec(header, rows, top):
+    samples = column(header, r"Warp Stall Sampling \(All")
+    executed = column(header, r"^Instructions Executed$")
+    if samples is None or executed is None:
+        print("  no stall sampling / execution count columns")
+        return
+    by_exec = collections.Counter()
+    count = collections.Counter()
+    for r in rows:
+        runs = int(number(r[executed]))
+        by_exec[runs] += number(r[samples])
+        count[runs] += 1
+    total = sum(by_exec.values())
+    print("  samples by execution count (runs: samples, share, instructions):")
+    for runs, n in by_exec.most_common(top):
+        print(f"  {runs:9d}: {n:8.0f} {n / total:6.1%} {count[runs]:5d}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--kernel", type=int, help="index of the kernel's table (default: all)")
+    parser.add_argument(
+        "--by-exec",
+        action="store_true",
+        help="also group the samples by each instruction's execution count",
+    )
     args = parser.parse_args()
     found = tables(args.csv)
     for index, (header, rows) in enumerate(found):
@@ -84,6 +111,8 @@ def main():
             continue
         print(f"== kernel table {index}")
         report(header, rows, args.top)
+        if args.by_exec:
+            report_by_exec(header, rows, args.top)
 
 
 if __name__ == "__main__":
