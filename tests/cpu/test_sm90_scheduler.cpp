@@ -215,11 +215,15 @@ DynamicRun run_dynamic(const Params& p, const std::vector<int>& seqlens, bool ca
     ctas.emplace_back(p, cta);
     ready.push({0.0, cta});
   }
+  std::vector<bool> started(grid, false);
   double total = 0, largest = 0;
   while (!ready.empty()) {
     auto [load, cta] = ready.top();
     ready.pop();
     Scheduler& s = ctas[cta];
+    // As on the device, a CTA takes its next unit once its current tile is done.
+    if (started[cta]) s.advance(p, grid);
+    started[cta] = true;
     if (!s.valid(p)) {
       Scheduler::retire(p, grid);
       largest = std::max(largest, load);
@@ -231,7 +235,6 @@ DynamicRun run_dynamic(const Params& p, const std::vector<int>& seqlens, bool ca
     int const visible = causal ? std::min((w.m_block + 1) * kBlockM, len) : len;
     double const cost = (visible + 127) / 128 + 1;
     total += cost;
-    s.advance(p, grid);
     ready.push({load + cost, cta});
   }
   run.efficiency = total / grid / largest;
@@ -342,7 +345,7 @@ TEST(Sm90Scheduler, DynamicLoadIsBalanced) {
     int counters[2] = {0, 0};
     EXPECT_GT(
         run_dense_causal(s.heads, s.batch, s.seqlen, s.l2_section_heads, 132, counters).efficiency,
-        0.98);
+        0.985);
   }
   // bench.py's varlen row and the draw of its varlen_short row (seeded, 64 of
   // 64-1024 tokens).
@@ -361,7 +364,7 @@ TEST(Sm90Scheduler, DynamicLoadIsBalanced) {
       int counters[2] = {0, 0};
       Params const p = Scheduler::to_params(
           {int(seqlens.size()), 16, longest, causal, cu.data(), counters, 0, 132});
-      EXPECT_GT(run_dynamic(p, seqlens, causal, 132).efficiency, 0.96);
+      EXPECT_GT(run_dynamic(p, seqlens, causal, 132).efficiency, 0.97);
     }
   }
 }
