@@ -215,15 +215,13 @@ DynamicRun run_dynamic(const Params& p, const std::vector<int>& seqlens, bool ca
     ctas.emplace_back(p, cta);
     ready.push({0.0, cta});
   }
-  std::vector<bool> started(grid, false);
   double total = 0, largest = 0;
   while (!ready.empty()) {
     auto [load, cta] = ready.top();
     ready.pop();
     Scheduler& s = ctas[cta];
     // As on the device, a CTA takes its next unit once its current tile is done.
-    if (started[cta]) s.advance(p, grid);
-    started[cta] = true;
+    if (taken[cta] > 0) s.advance(p, grid);
     if (!s.valid(p)) {
       Scheduler::retire(p, grid);
       largest = std::max(largest, load);

@@ -355,13 +355,13 @@ struct CollectiveMainloopFwd {
     // The turns started once per kernel and run on across tiles.
     TurnTaking<Traits::kPingPong> const turns{thread / 128};
     int const row0 = tile.m_block * kBlockM;
+    int const warpgroup_row0 = row0 + warpgroup_thread / 2;  // this warpgroup's first row
     if constexpr (Traits::kConsumerWarpgroups > 1) {
       // A warpgroup whose rows all lie past the sequence's end (in a tile that holds its last 64
       // rows or fewer) has nothing to compute; it keeps step with the others. Taken from lane 0,
       // the condition is uniform to ptxas (computed per thread, a branch around wgmma code made
       // it serialise them, warning C7520).
-      bool const idle =
-          __shfl_sync(0xffffffff, int(row0 + warpgroup_thread / 2 >= tile.seqlen_q), 0) != 0;
+      bool const idle = __shfl_sync(0xffffffff, int(warpgroup_row0 >= tile.seqlen_q), 0) != 0;
       if (idle) {
         keep_step(pipes, state, tile, turns, q_done);
         return;
@@ -370,7 +370,6 @@ struct CollectiveMainloopFwd {
     // A positive scale is applied inside the softmax (its row maximum is then the raw scores'
     // maximum times the scale); any other scale multiplies the scores first.
     bool const scale_first = !(p.scale_log2 > 0.f);
-    int const warpgroup_row0 = row0 + warpgroup_thread / 2;
     // Scores of a block become probabilities in place; a masked block has its hidden pairs set to
     // -inf first, and takes the scale first when it is not positive (such calls mask every block:
     // is_masked). Returns whether O needs rescaling.
@@ -425,11 +424,11 @@ struct CollectiveMainloopFwd {
     // serialise the kernel's wgmmas, warning C7515). The scores left out keep whatever the
     // registers held: the block is then masked (some of the tile's rows do not see it whole), and
     // mask_scores selects -inf for each of them, so their probabilities are 0 and the PV GEMM may
-    // skip them. The warpgroup's rows start at row0 + 64 w (warpgroup_thread / 2). A tile of one
+    // skip them. The warpgroup's rows start at warpgroup_row0 (row0 + 64 w). A tile of one
     // warpgroup (64 rows on 64-key blocks) sees its diagonal block whole: the check is left out
     // there (it cost that tile 2-3% at s <= 1k, bench/NOTES.md).
     int const top_columns = Traits::kConsumerWarpgroups > 1
-                                ? tile.visible_columns<Traits>(p, row0 + warpgroup_thread / 2, n)
+                                ? tile.visible_columns<Traits>(p, warpgroup_row0, n)
                                 : INT_MAX;
     pipes.k.consumer_wait(state.k);
     turns.wait();
