@@ -682,6 +682,18 @@ def gpu_slug(name):
     return re.sub(r"[^a-z0-9]+", "_", slug).strip("_") or "gpu"
 
 
+def results_document(header, results, base=None):
+    """The results file's content: the header's fields and these rows; with base (the document
+    of --merge) its rows instead, those of the labels measured now replaced. Each merged row names
+    the commit and date it was measured at, since the file's own fields stay those of the earlier
+    run."""
+    if base is None:
+        return dict(header, rows=list(results))
+    measured = {label(r) for r in results}
+    merged = [dict(r, commit=header["commit"], date=header["date"]) for r in results]
+    return dict(base, rows=[r for r in base["rows"] if label(r) not in measured] + merged)
+
+
 def output_path(out, gpu_name):
     if out is None:
         return HERE / "results" / f"{gpu_slug(gpu_name)}.json"
@@ -781,6 +793,18 @@ def main():
     print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"library {flashcute.library_path()}", flush=True)
 
+    # The file is written after every row, so a run cut short (a device call's time limit) keeps
+    # the rows it finished.
+    path = output_path(args.out or args.merge, gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = json.loads(pathlib.Path(args.merge).read_text()) if args.merge else None
+    header = {
+        "gpu": gpu,
+        "date": datetime.date.today().isoformat(),
+        "commit": commit_sha(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+    }
     results = []
     with torch.inference_mode():
         warm_up_gpu()
@@ -795,29 +819,9 @@ def main():
         figures = entry.get("tflops", entry.get("gbps", {}))
         print("  " + ", ".join(f"{n} {v}" for n, v in figures.items()), flush=True)
         results.append(entry)
+        document = results_document(header, results, base)
+        path.write_text(json.dumps(document, indent=1) + "\n")
         torch.cuda.empty_cache()
-
-    document = {
-        "gpu": gpu,
-        "date": datetime.date.today().isoformat(),
-        "commit": commit_sha(),
-        "torch": torch.__version__,
-        "cudnn": torch.backends.cudnn.version(),
-        "rows": results,
-    }
-    if args.merge:
-        # The rows measured now replace those of the same label (a --rows subset leaves the
-        # others of its kind as they were); each new row names the commit and date it was
-        # measured at, since the file's own fields stay those of the earlier run.
-        measured = {label(r) for r in results}
-        for r in results:
-            r.update(commit=document["commit"], date=document["date"])
-        document = json.loads(pathlib.Path(args.merge).read_text())
-        document["rows"] = [r for r in document["rows"]
-                            if label(r) not in measured] + results
-    path = output_path(args.out or args.merge, gpu)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {path}")
     if not args.no_plot:
         sys.path.insert(0, str(HERE))
