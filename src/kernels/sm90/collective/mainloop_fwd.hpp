@@ -200,6 +200,9 @@ struct CollectiveMainloopFwd {
 
     auto tQ = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                             group_modes<0, 2>(gQ));  // (global, shared); a lambda uses it below
+    // Q is read once, from DRAM: an L2 prefetch now, while the previous tile still runs, leaves
+    // only L2's latency to the load that waits for Q's buffer.
+    cute::prefetch(p.tma_q, get<0>(tQ));
     // (global, shared) partitions of K and V blocks: block n starts at key n * kBlockN, except a
     // packed sequence's partial last block (tile.key0), which a second view shifted back by
     // less than a block provides. In a cluster, this CTA's slice of each block, which it
