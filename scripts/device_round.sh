@@ -8,6 +8,8 @@
 #   bench   bench/bench.py: ours beside PyTorch SDPA's backends -> h200.json, h200.png
 #   ab      bench/ab.py: this build's library against AB_OLD_LIB (another build's libflashcute.so)
 #           in one process, new / old per row (AB_FLAGS: more bench/ab.py flags) -> <gpu>-ab.json
+#   cycles  bench/cycles_ab.py: this build's library against AB_OLD_LIB, cycles per call under
+#           Nsight Compute (CYCLES_FLAGS: more bench/cycles_ab.py flags) -> cycles/<gpu>-cycles.json
 #   accuracy bench/accuracy.py: each family's and SDPA's error against fp64 -> <gpu>-accuracy.json
 #   rows    bench.py's plain forward rows (about 7 minutes), merged into a copy of the tree's
 #           h200.json -> $OUT/h200.json (a library carried without a wheel is enough)
@@ -116,6 +118,19 @@ step_features() {
     rows-features.log
   summary+=("rows features: exit $?")
   step_host "$OUT/h200.json"
+}
+
+step_cycles() {
+  if [[ -z ${AB_OLD_LIB:-} ]]; then
+    echo "cycles: AB_OLD_LIB (the library to compare against) is not set" >&2
+    summary+=("cycles: not run (AB_OLD_LIB not set)")
+    return
+  fi
+  install_wheel || return
+  timeout "${STEP_TIMEOUT_cycles:-300}" python3 bench/cycles_ab.py --old "$AB_OLD_LIB" \
+    --new "$BUILD_DIR/lib/libflashcute.so" --out "$OUT/cycles" ${CYCLES_FLAGS:-} 2>&1 |
+    tee "$OUT/cycles.log" | tail -n 40
+  summary+=("cycles: exit ${PIPESTATUS[0]}")
 }
 
 step_accuracy() {
