@@ -120,17 +120,26 @@ step_features() {
   step_host "$OUT/h200.json"
 }
 
-step_cycles() {
+# This build's library against AB_OLD_LIB's through one of bench/'s comparison scripts, its log in
+# $OUT/<step>.log:
+#   compare_builds <step> <time cap, s> <lines shown> <script and its flags...>
+compare_builds() {
+  local step=$1 cap=$2 lines=$3
+  shift 3
   if [[ -z ${AB_OLD_LIB:-} ]]; then
-    echo "cycles: AB_OLD_LIB (the library to compare against) is not set" >&2
-    summary+=("cycles: not run (AB_OLD_LIB not set)")
+    echo "$step: AB_OLD_LIB (the library to compare against) is not set" >&2
+    summary+=("$step: not run (AB_OLD_LIB not set)")
     return
   fi
   install_wheel || return
-  timeout "${STEP_TIMEOUT_cycles:-300}" python3 bench/cycles_ab.py --old "$AB_OLD_LIB" \
-    --new "$BUILD_DIR/lib/libflashcute.so" --out "$OUT/cycles" ${CYCLES_FLAGS:-} 2>&1 |
-    tee "$OUT/cycles.log" | tail -n 40
-  summary+=("cycles: exit ${PIPESTATUS[0]}")
+  timeout "$cap" python3 "$@" --old "$AB_OLD_LIB" --new "$BUILD_DIR/lib/libflashcute.so" 2>&1 |
+    tee "$OUT/$step.log" | tail -n "$lines"
+  summary+=("$step: exit ${PIPESTATUS[0]}")
+}
+
+step_cycles() {
+  compare_builds cycles "${STEP_TIMEOUT_cycles:-300}" 40 bench/cycles_ab.py --out "$OUT/cycles" \
+    ${CYCLES_FLAGS:-}
 }
 
 step_accuracy() {
@@ -140,17 +149,7 @@ step_accuracy() {
 }
 
 step_ab() {
-  if [[ -z ${AB_OLD_LIB:-} ]]; then
-    echo "ab: AB_OLD_LIB (the library to compare against) is not set" >&2
-    summary+=("ab: not run (AB_OLD_LIB not set)")
-    return
-  fi
-  install_wheel || return
-  timeout "${STEP_TIMEOUT_ab:-420}" python3 bench/ab.py --old "$AB_OLD_LIB" \
-    --new "$BUILD_DIR/lib/libflashcute.so" --out "$OUT" ${AB_FLAGS:-} 2>&1 |
-    tee "$OUT/ab.log" | tail -n 40
-  local rc=${PIPESTATUS[0]}
-  summary+=("ab: exit $rc")
+  compare_builds ab "${STEP_TIMEOUT_ab:-420}" 40 bench/ab.py --out "$OUT" ${AB_FLAGS:-}
 }
 
 step_host() {
@@ -252,16 +251,8 @@ step_bwdpeers() {
 }
 
 step_bwdab() {
-  if [[ -z ${AB_OLD_LIB:-} ]]; then
-    echo "bwdab: AB_OLD_LIB (the library to compare against) is not set" >&2
-    summary+=("bwdab: not run (AB_OLD_LIB not set)")
-    return
-  fi
-  timeout "${STEP_TIMEOUT_bwdab:-420}" python3 bench/ab.py --kind bwd --rows quick --impls ours \
-    --rounds 4 --warmup 5 --iters 20 --old "$AB_OLD_LIB" --new "$BUILD_DIR/lib/libflashcute.so" \
-    --out "$OUT/bwdab" ${AB_FLAGS:-} 2>&1 | tee "$OUT/bwdab.log" | tail -n 18
-  local rc=${PIPESTATUS[0]}
-  summary+=("bwdab: exit $rc")
+  compare_builds bwdab "${STEP_TIMEOUT_bwdab:-420}" 18 bench/ab.py --kind bwd --rows quick \
+    --impls ours --rounds 4 --warmup 5 --iters 20 --out "$OUT/bwdab" ${AB_FLAGS:-}
 }
 
 step_seed() {
