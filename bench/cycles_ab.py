@@ -12,13 +12,13 @@ bench.py that --match selects, each build's fc_forward (family auto, through ab.
 checked against the other's output as ab.py checks it, warmed up, and then called once per round
 inside an NVTX range, the order alternating between rounds; with --fa3 FlashAttention-3's forward
 (FLASHCUTE_FA3_LIB) joins each round. Nsight Compute records each profiled kernel's elapsed
-cycles (sm__cycles_elapsed.max), duration and SM clock. Per row and implementation the median
-over rounds is kept; new / old (and fa3 / old) compare cycles.
+cycles (sm__cycles_elapsed.max), duration and SM clock, and any --metrics named. Per row and
+implementation the median over rounds is kept; new / old (and fa3 / old) compare cycles.
 
 Writes DIR/<gpu>-cycles.json and prints a table.
 
 Usage: python3 bench/cycles_ab.py --old OLD.so --new NEW.so --out DIR [--match REGEX]
-       [--rounds 5] [--fa3] [--ncu PATH]
+       [--rounds 5] [--fa3] [--metrics M1,M2] [--ncu PATH]
 """
 
 import argparse
@@ -86,7 +86,7 @@ def inner(args):
     pathlib.Path(args.tags).with_suffix(".gpu").write_text(gpu)
 
 
-def read_metrics(path):
+def read_metrics(path, metrics):
     """The profiled kernels' metric values, in launch order, from ncu's raw CSV page."""
     lines = pathlib.Path(path).read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
@@ -95,7 +95,7 @@ def read_metrics(path):
     for row in reader:
         if not row["ID"].strip().isdigit():  # the units line
             continue
-        kernels.append({m: float(row[m].replace(",", "")) for m in METRICS})
+        kernels.append({m: float(row[m].replace(",", "")) for m in metrics})
     return kernels
 
 
@@ -103,8 +103,10 @@ def outer(args):
     ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     work = pathlib.Path(tempfile.mkdtemp(prefix="flashcute-cycles-"))
     tags_path, csv_path = work / "tags.json", work / "ncu.csv"
+    extra = [m for m in (args.metrics or "").split(",") if m and m not in METRICS]
+    metrics = list(METRICS) + extra
     command = [ncu, "--clock-control", "none", "--cache-control", "none", "--nvtx",
-               "--nvtx-include", f"{RANGE}/", "-k", KERNELS, "--metrics", ",".join(METRICS),
+               "--nvtx-include", f"{RANGE}/", "-k", KERNELS, "--metrics", ",".join(metrics),
                "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path),
                sys.executable, str(pathlib.Path(__file__).resolve()), "--inner", "--tags",
                str(tags_path), "--old", args.old, "--new", args.new, "--rounds", str(args.rounds)]
@@ -115,7 +117,7 @@ def outer(args):
     subprocess.run(command, check=True)
     tags = json.loads(tags_path.read_text())
     gpu = tags_path.with_suffix(".gpu").read_text()
-    kernels = read_metrics(csv_path)
+    kernels = read_metrics(csv_path, metrics)
     if len(kernels) != len(tags):
         sys.exit(f"cycles_ab.py: {len(kernels)} kernels profiled for {len(tags)} calls "
                  f"(log in {work})")
@@ -129,16 +131,20 @@ def outer(args):
     for row, impls in samples.items():
         medians = {}
         for impl, runs in impls.items():
-            median = {m: statistics.median(k[m] for k in runs) for m in METRICS}
+            median = {m: statistics.median(k[m] for k in runs) for m in metrics}
             medians[impl] = {"cycles": median["sm__cycles_elapsed.max"],
                              "us": median["gpu__time_duration.sum"] / 1e3,
                              "ghz": median["sm__cycles_elapsed.avg.per_second"] / 1e9,
                              "rounds": len(runs)}
+            if extra:
+                medians[impl]["metrics"] = {m: median[m] for m in extra}
         base = medians["old"]["cycles"]
         for impl, m in medians.items():
             m["cycles_vs_old"] = m["cycles"] / base
             print(f"{row:<34}{impl:<6}{m['cycles'] / 1e6:>10.4f}{m['us']:>9.1f}{m['ghz']:>7.3f}"
                   f"{m['cycles_vs_old']:>8.3f}")
+            for name, value in m.get("metrics", {}).items():
+                print(f"{'':<40}{name} {value:.4g}")
         results.append({"row": row, "impls": medians})
     ratios = [r["impls"]["new"]["cycles_vs_old"] for r in results]
     if ratios:
@@ -167,6 +173,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--fa3", action="store_true",
                         help="FlashAttention-3 too (FLASHCUTE_FA3_LIB names its library)")
+    parser.add_argument("--metrics", help="more Nsight Compute metrics to record, comma-separated")
     parser.add_argument("--ncu", help="the Nsight Compute command (default: ncu on PATH)")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tags", help=argparse.SUPPRESS)
