@@ -103,7 +103,8 @@ def outer(args):
     ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     work = pathlib.Path(tempfile.mkdtemp(prefix="flashcute-cycles-"))
     tags_path, csv_path = work / "tags.json", work / "ncu.csv"
-    extra = [m for m in (args.metrics or "").split(",") if m and m not in METRICS]
+    named = dict.fromkeys(m.strip() for m in (args.metrics or "").split(","))  # in order, once
+    extra = [m for m in named if m and m not in METRICS]
     metrics = list(METRICS) + extra
     command = [ncu, "--clock-control", "none", "--cache-control", "none", "--nvtx",
                "--nvtx-include", f"{RANGE}/", "-k", KERNELS, "--metrics", ",".join(metrics),
