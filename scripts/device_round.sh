@@ -12,9 +12,11 @@
 #           Nsight Compute (CYCLES_FLAGS: more bench/cycles_ab.py flags) -> cycles/<gpu>-cycles.json
 #   accuracy bench/accuracy.py: each family's and SDPA's error against fp64 -> <gpu>-accuracy.json
 #   rows    bench.py's plain forward rows (about 7 minutes), merged into a copy of the tree's
-#           h200.json -> $OUT/h200.json (a library carried without a wheel is enough)
-#   features bench.py's other forward kinds and the host rows, merged the same way (in a call of
-#           its own: with the plain rows it would pass a device command's 10 minutes)
+#           h200.json -> $OUT/h200.json (a library carried without a wheel is enough); ROWS, a
+#           regular expression over bench.py's row labels, keeps some (e.g. 'plain.*d128 bf16':
+#           a third of them), so that a short call measures the furthest rows first
+#   features bench.py's other forward kinds (ROWS too) and the host rows, merged the same way
+#           (in a call of its own: with the plain rows it would pass a device command's 10 minutes)
 #   seed    bench/seed_probe.py: the seed's own kernel (cubins in SEED_DIR, default .carry/seed)
 #           beside ours_sm80 and SDPA flash in one process -> seed.log
 #   host    bench/host_cost.py: calls per ms of a tiny call, ours beside SDPA -> h200.json (host rows)
@@ -101,8 +103,8 @@ step_bench() {
 merge_rows() {
   install_wheel || return
   cp bench/results/h200.json "$OUT/h200.json"
-  timeout "$2" python3 bench/bench.py --kinds "$1" --warmup 5 --iters 20 --no-plot \
-    --merge "$OUT/h200.json" --out "$OUT/h200.json" >"$OUT/$3" 2>&1
+  timeout "$2" python3 bench/bench.py --kinds "$1" ${ROWS:+--rows "$ROWS"} --warmup 5 --iters 20 \
+    --no-plot --merge "$OUT/h200.json" --out "$OUT/h200.json" >"$OUT/$3" 2>&1
 }
 
 step_rows() {
