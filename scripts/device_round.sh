@@ -14,7 +14,8 @@
 #   rows    bench.py's plain forward rows (about 7 minutes), merged into a copy of the tree's
 #           h200.json -> $OUT/h200.json (a library carried without a wheel is enough); ROWS, a
 #           regular expression over bench.py's row labels, keeps some (e.g. 'plain.*d128 bf16':
-#           a third of them), so that a short call measures the furthest rows first
+#           a third of them), so that a short call measures the furthest rows first (a later
+#           call merges into the tree's h200.json: copy the earlier call's there first)
 #   features bench.py's other forward kinds (ROWS too) and the host rows, merged the same way
 #           (in a call of its own: with the plain rows it would pass a device command's 10 minutes)
 #   seed    bench/seed_probe.py: the seed's own kernel (cubins in SEED_DIR, default .carry/seed)
