@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds main and prefixes of the patch series here, each with the bf16 d 128 / 256 Hopper kernels
 # alone, into OUT/<name>/lib/libflashcute.so for bench/ab.py on the device:
-#   bench/candidates/build.sh [N ...]    (N: the last patch of a prefix, e.g. 1 2 5; default all)
+#   bench/candidates/build.sh [N ...]    (N: the last patch of a prefix, e.g. 1; default all)
 # OUT defaults to .carry (ignored by git, carried to the device); main's build is OUT/main, a
 # prefix's OUT/p<N>. The series is applied in a scratch worktree, removed at the end.
 set -euo pipefail
@@ -11,7 +11,11 @@ out=$(realpath -m "${OUT:-.carry}")
 patches=("$repo"/bench/candidates/0*.patch)
 if [[ $# -gt 0 ]]; then prefixes=("$@"); else mapfile -t prefixes < <(seq "${#patches[@]}"); fi
 work=$(mktemp -d)
-trap 'git -C "$repo" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+cleanup() {
+  git -C "$repo" worktree remove --force "$work/tree" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 git worktree add -q --detach "$work/tree" HEAD
 git -C "$work/tree" am -q "${patches[@]}"
 tip=$(git -C "$work/tree" rev-parse HEAD)
